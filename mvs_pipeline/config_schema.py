@@ -1,0 +1,64 @@
+"""The config fields: one frozen dataclass per stage, collected in `PipelineConfig`.
+
+Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same fields
+with the same defaults (a test keeps the two in step). `None` means "auto": the stage resolves
+it, logs the value and saves it with the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .config import meta
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    # The undistortion options are COLMAP's image_undistorter options of the same name.
+    blank_pixels: float = field(default=0.0, metadata=meta(
+        "fraction of blank pixels allowed in undistorted images (0 = crop to valid pixels)", "fraction", (0.0, 1.0)))
+    min_scale: float = field(default=0.2, metadata=meta(
+        "smallest scale of the undistorted image relative to the original", "ratio", (0.01, 1.0)))
+    max_scale: float = field(default=2.0, metadata=meta(
+        "largest scale of the undistorted image relative to the original", "ratio", (1.0, 10.0)))
+
+
+@dataclass(frozen=True)
+class ViewsConfig:
+    num_neighbors: int = field(default=10, metadata=meta(
+        "source views kept per reference view", "views", (1, 32)))
+    min_shared_points: int = field(default=5, metadata=meta(
+        "a pair needs at least this many shared sparse points to be considered", "points", (1, 100000)))
+    min_triangulation_angle: float = field(default=1.0, metadata=meta(
+        "drop pairs whose 75th-percentile triangulation angle is below this", "degrees", (0.0, 45.0)))
+    angle_prior: float = field(default=5.0, metadata=meta(
+        "triangulation angle that gets full weight in the pair score (MVSNet's theta0)", "degrees", (0.1, 45.0)))
+    sigma_below_prior: float = field(default=1.0, metadata=meta(
+        "Gaussian width of the score for angles below angle_prior (small angles count little)", "degrees", (0.01, 45.0)))
+    sigma_above_prior: float = field(default=10.0, metadata=meta(
+        "Gaussian width of the score for angles above angle_prior", "degrees", (0.01, 90.0)))
+    depth_percentiles: tuple[float, ...] = field(default=(1.0, 99.0), metadata=meta(
+        "low and high percentile of a view's sparse point depths that bound its depth range", "percent", (0.0, 100.0)))
+    depth_margin: float = field(default=0.2, metadata=meta(
+        "relative margin added below the low and above the high percentile depth", "fraction", (0.0, 10.0)))
+    min_points_for_range: int = field(default=20, metadata=meta(
+        "views seeing fewer sparse points get a warning and a depth range from their neighbours", "points", (1, 100000)))
+
+    def check(self) -> list[str]:
+        p = self.depth_percentiles
+        if len(p) != 2 or not p[0] < p[1]:
+            return [f"depth_percentiles must be two increasing numbers, got {list(p)}"]
+        return []
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    backend: Literal["auto", "cuda", "cpu"] = field(default="auto", metadata=meta(
+        "compute backend: auto = CUDA when CuPy and a GPU are usable, else CPU with a warning"))
+    max_image_size: int | None = field(default=None, metadata=meta(
+        "rescale images so the long side is at most this (null = keep the input size)", "px", (16, 100000)))
+    seed: int = field(default=0, metadata=meta(
+        "seed of every random draw (PatchMatch initialisation, refinement)", None, (0, 2**31 - 1)))
+    load: LoadConfig = field(default_factory=LoadConfig)
+    views: ViewsConfig = field(default_factory=ViewsConfig)
