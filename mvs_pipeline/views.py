@@ -150,7 +150,7 @@ def format_pair_txt(sel: ViewSelection) -> str:
     lines = [str(len(sel.neighbors))]
     for ref, (nbrs, scores) in enumerate(zip(sel.neighbors, sel.scores)):
         lines.append(str(ref))
-        lines.append(" ".join([str(len(nbrs))] + [f"{j} {s:.6f}" for j, s in zip(nbrs, scores)]))
+        lines.append(" ".join([str(len(nbrs))] + [f"{j} {s:.9g}" for j, s in zip(nbrs, scores)]))
     return "\n".join(lines) + "\n"
 
 

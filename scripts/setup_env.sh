@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Create (or reuse) the virtual environment with mvs-pipeline installed editable.
+#   bash scripts/setup_env.sh [EXTRAS]     e.g. EXTRAS=test
+# Installs the system libraries open3d links (libusb, libgomp) when running as root on Debian.
+# Adds the CuPy extra matching the driver's CUDA major when an NVIDIA GPU is visible.
+# MVS_VENV overrides the environment folder (default .venv in the project root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+
+missing=()
+ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0' || missing+=(libusb-1.0-0)
+ldconfig -p 2>/dev/null | grep -q 'libgomp.so.1' || missing+=(libgomp1)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "error: please install these system packages first: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+venv="${MVS_VENV:-.venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING' || true
+
+if command -v nvidia-smi >/dev/null && cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: \([0-9]*\).*/\1/p' | head -1) && [ -n "$cuda" ]; then
+  case "$cuda" in 12) extras="${extras:+$extras,}cuda12" ;; 13|14) extras="${extras:+$extras,}cuda13" ;; esac
+fi
+spec="."
+[ -n "$extras" ] && spec=".[$extras]"
+echo "installing mvs-pipeline$([ -n "$extras" ] && echo "[$extras]") into $venv ..."
+"$venv/bin/python" -m pip install -q -e "$spec" 2>&1 | grep -v '^WARNING' || true
+"$venv/bin/python" -c 'import mvs_pipeline, open3d, pycolmap' || { echo "error: install check failed" >&2; exit 1; }
