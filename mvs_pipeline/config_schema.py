@@ -40,8 +40,12 @@ class ViewsConfig:
         "Gaussian width of the score for angles above angle_prior", "degrees", (0.01, 90.0)))
     depth_percentiles: tuple[float, ...] = field(default=(1.0, 99.0), metadata=meta(
         "low and high percentile of a view's sparse point depths that bound its depth range", "percent", (0.0, 100.0)))
-    depth_margin: float = field(default=0.2, metadata=meta(
-        "relative margin added below the low and above the high percentile depth", "fraction", (0.0, 10.0)))
+    depth_margin_near: float = field(default=0.5, metadata=meta(
+        "relative margin below the low percentile depth: near = low / (1 + margin)", "fraction", (0.0, 10.0)))
+    depth_margin_far: float = field(default=1.0, metadata=meta(
+        "relative margin above the high percentile depth: far = high * (1 + margin); generous because far "
+        "surfaces are often seen in too few views to get sparse points, and cheap in inverse depth",
+        "fraction", (0.0, 100.0)))
     min_points_for_range: int = field(default=20, metadata=meta(
         "views seeing fewer sparse points get a warning and a depth range from their neighbours", "points", (1, 100000)))
 

@@ -8,7 +8,7 @@ so near-zero baselines count little. Pairs with fewer than `min_shared_points` s
 whose 75th-percentile angle is below `min_triangulation_angle` are dropped; the top K remain.
 
 Depth range: percentiles of the z-depths of the sparse points a view sees, widened by a
-relative margin m to [low / (1 + m), high * (1 + m)]. Views with too few points borrow the union of their neighbours' ranges.
+relative margins to [low / (1 + m_near), high * (1 + m_far)]. Views with too few points borrow the union of their neighbours' ranges.
 
 Outputs in OUT/stereo/ (all written atomically):
     views.json       our record: per view_idx the image name/id, neighbours, scores, depth range
@@ -125,7 +125,7 @@ def depth_ranges(scene: Scene, neighbors: list[list[int]], cfg: ViewsConfig) -> 
             weak.append(i)
             continue
         lo, hi = np.percentile(z, [lo_pct, hi_pct])
-        ranges[i] = (lo / (1.0 + cfg.depth_margin), hi * (1.0 + cfg.depth_margin))
+        ranges[i] = (lo / (1.0 + cfg.depth_margin_near), hi * (1.0 + cfg.depth_margin_far))
     for i in weak:
         borrowed = ranges[[j for j in neighbors[i] if not np.isnan(ranges[j, 0])]]
         name = scene.views[i].name

@@ -37,15 +37,15 @@ def test_presets_load(preset):
 def test_preset_extends_inherits_and_overrides():
     fast = load_config("fast")
     assert fast.max_image_size == 1000 and fast.views.num_neighbors == 6
-    assert fast.views.depth_margin == PipelineConfig().views.depth_margin  # inherited
+    assert fast.views.depth_margin_far == PipelineConfig().views.depth_margin_far  # inherited
 
 
 def test_overrides_use_yaml_scalars():
     cfg = load_config(None, ["backend=cpu", "max_image_size=640", "views.depth_percentiles=[2, 98]",
-                             "views.depth_margin=1"])
+                             "views.depth_margin_far=1"])
     assert cfg.backend == "cpu" and cfg.max_image_size == 640
     assert cfg.views.depth_percentiles == (2.0, 98.0)
-    assert cfg.views.depth_margin == 1.0 and isinstance(cfg.views.depth_margin, float)
+    assert cfg.views.depth_margin_far == 1.0 and isinstance(cfg.views.depth_margin_far, float)
 
 
 def test_override_null_means_auto():
@@ -54,7 +54,7 @@ def test_override_null_means_auto():
 
 def test_all_problems_reported_at_once_with_key_value_and_file(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("backend: gpu\nviews:\n  num_neighbors: 99\n  num_neighbours: 3\n  depth_margin: lots\n")
+    bad.write_text("backend: gpu\nviews:\n  num_neighbors: 99\n  num_neighbours: 3\n  depth_margin_near: lots\n")
     with pytest.raises(ConfigError) as info:
         load_config(bad)
     msg = str(info.value)
@@ -62,7 +62,7 @@ def test_all_problems_reported_at_once_with_key_value_and_file(tmp_path):
     assert f"{bad}: 'backend' = 'gpu'" in msg
     assert "'views.num_neighbors' = 99 is out of range [1, 32]" in msg
     assert "unknown key 'views.num_neighbours'" in msg
-    assert "'views.depth_margin' = 'lots' has the wrong type, expected float" in msg
+    assert "'views.depth_margin_near' = 'lots' has the wrong type, expected float" in msg
 
 
 def test_bool_is_not_an_int_and_sections_must_be_mappings(tmp_path):

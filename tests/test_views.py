@@ -25,11 +25,11 @@ def _vcfg(*overrides):
 
 def test_depth_range_contains_sparse_depths(tmp_path):
     scene = _scene(build_tiny_reconstruction(num_views=6, num_points=300), tmp_path)
-    sel = views.select_views(scene, _vcfg("depth_percentiles=[0, 100]", "depth_margin=0.1"))
+    sel = views.select_views(scene, _vcfg("depth_percentiles=[0, 100]", "depth_margin_near=0.1", "depth_margin_far=0.3"))
     for i, v in enumerate(scene.views):
         z = v.world_to_cam(scene.points_in_world[scene.points_seen_by(i)])[:, 2]
         lo, hi = sel.depth_ranges[i]
-        assert lo == pytest.approx(z.min() / 1.1) and hi == pytest.approx(z.max() * 1.1)
+        assert lo == pytest.approx(z.min() / 1.1) and hi == pytest.approx(z.max() * 1.3)
 
 
 def test_scores_follow_the_angle_prior(tmp_path):

@@ -1,0 +1,182 @@
+"""`generate_scene`: render a synthetic scene into a COLMAP project with exact ground truth.
+
+Output layout under `out_dir`:
+
+    images/view_000.png ...            8-bit RGB
+    sparse/0/{cameras,images,points3D,rigs,frames}.bin
+                                       one PINHOLE camera; image_id = view_idx + 1; sparse points
+                                       on the GT surface, tracks of >= 3 views, keypoints < 0.5 px
+                                       off the exact projection
+    gt/depth/view_000.npy ...          [H, W] float32 z-depth (m), 0 where no surface
+    gt/normal/view_000.npy ...         [H, W, 3] float32 camera-frame unit normals facing the
+                                       camera, 0 where no surface
+    gt/mesh.ply                        the triangle mesh, world coordinates
+    gt/eth3d/scan_alignment.mlp, scan_XX.ply   simulated laser scans (ETH3D format, see scans.py)
+    gt/scene.json                      parameters, light, image names, depth range; written last
+
+Every file is written atomically, and the same arguments give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import open3d as o3d
+from tqdm import tqdm
+
+from ..errors import MVSError
+from ..io.atomic import atomic_path, atomic_write_text
+from . import sparse as sparse_mod
+from .render import SENSOR_NOISE_SIGMA, render_view
+from .scans import simulate_scans, write_scans
+from .scenes import SCENE_NAMES, build_scene
+
+log = logging.getLogger(__name__)
+
+EXPOSURE_RANGE = (0.8, 1.2)  # per-image gain, uniform
+DEFAULT_MAX_SCAN_POINTS = 3_000_000
+SPARSE_POINTS_TARGET = 4000  # candidate points seeded over all views (before track filtering)
+SPARSE_SEEDS_PER_VIEW = (150, 800)  # clamp for the per-view share of the target
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def _save_png(path: Path, rgb: np.ndarray) -> None:
+    with atomic_path(path, suffix=".png") as tmp:
+        if not cv2.imwrite(str(tmp), rgb[:, :, ::-1]):
+            raise MVSError(f"{path}: could not write PNG")
+
+
+def _check_args(name: str, views: int, width: int, height: int, seed: int,
+                scan_spacing: float | None, max_scan_points: int) -> None:
+    if name not in SCENE_NAMES:
+        raise MVSError(f"synthetic scene '{name}' is unknown; choose one of {', '.join(SCENE_NAMES)}")
+    if int(views) != views or views < sparse_mod.MIN_TRACK_LENGTH:
+        raise MVSError(f"views = {views}: need an integer >= {sparse_mod.MIN_TRACK_LENGTH} (tracks span 3 views)")
+    for key, value in (("width", width), ("height", height)):
+        if int(value) != value or not 32 <= value <= 20000:
+            raise MVSError(f"{key} = {value}: need an integer pixel count in [32, 20000]")
+    if int(seed) != seed or seed < 0:
+        raise MVSError(f"seed = {seed}: need a non-negative integer")
+    if scan_spacing is not None and not 1e-4 <= scan_spacing <= 1.0:
+        raise MVSError(f"scan_spacing = {scan_spacing} m: need a value in [0.0001, 1]")
+    if max_scan_points < 1000:
+        raise MVSError(f"max_scan_points = {max_scan_points}: need at least 1000")
+
+
+def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, height: int = 600,
+                   seed: int = 0, scans: bool = True, *, scan_spacing: float | None = None,
+                   max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False) -> Path:
+    """Render scene `name` (one of SCENE_NAMES) into `out_dir` (layout in the module doc).
+
+    scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
+    scene's default (2 mm for object, 1 cm for courtyard and room). max_scan_points caps the
+    rays of all scans together. Returns `out_dir`.
+    """
+    _check_args(name, views, width, height, seed, scan_spacing, max_scan_points)
+    out_dir = Path(out_dir)
+    spec = build_scene(name, int(views), int(width), int(height), int(seed))
+    rc = spec.mesh.raycasting_scene()
+    names = [f"view_{k:03d}.png" for k in range(views)]
+    stems = [Path(n).stem for n in names]
+    gains = np.random.default_rng([seed, 0xE7]).uniform(*EXPOSURE_RANGE, size=views)
+    seeds_per_view = int(np.clip(round(SPARSE_POINTS_TARGET / views), *SPARSE_SEEDS_PER_VIEW))
+
+    depth_min, depth_max = np.inf, 0.0
+    candidates = []
+    for k, cam in enumerate(tqdm(spec.cameras, desc=f"synth {name}", unit="view", disable=not progress)):
+        rv = render_view(spec, rc, cam, float(gains[k]), texture_seed=seed,
+                         noise_rng=np.random.default_rng([seed, 0x401, k]))
+        _save_png(out_dir / "images" / names[k], rv.rgb)
+        _save_npy(out_dir / "gt" / "depth" / f"{stems[k]}.npy", rv.depth)
+        _save_npy(out_dir / "gt" / "normal" / f"{stems[k]}.npy", rv.normal)
+        surface = rv.depth[rv.depth > 0]
+        if len(surface):
+            depth_min, depth_max = min(depth_min, float(surface.min())), max(depth_max, float(surface.max()))
+        candidates.append(sparse_mod.sample_candidates(cam, rv.depth, rv.normal, seeds_per_view,
+                                                       np.random.default_rng([seed, 0x5EED, k])))
+
+    model = _build_sparse(spec.cameras, rc, candidates, out_dir, stems, seed, seeds_per_view)
+    sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
+
+    with atomic_path(out_dir / "gt" / "mesh.ply") as tmp:
+        if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
+            raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
+
+    scan_info = None
+    if scans:
+        spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
+        scan_list = simulate_scans(spec, rc, spacing, max_scan_points)
+        write_scans(out_dir / "gt" / "eth3d", scan_list)
+        scan_info = {"count": len(scan_list), "requested_spacing_m": spacing,
+                     "reference_distance_m": spec.scan_reference_distance,
+                     "angular_step_rad": [s.angular_step for s in scan_list],
+                     "points": [len(s.points) for s in scan_list]}
+
+    obs = model.observations_per_view()
+    meta = {
+        "scene": name, "seed": int(seed), "views": int(views), "width": int(width), "height": int(height),
+        "camera": {"model": "PINHOLE", "params": [float(x) for x in (spec.cameras[0].K[0, 0], spec.cameras[0].K[1, 1],
+                                                                     spec.cameras[0].K[0, 2], spec.cameras[0].K[1, 2])]},
+        "light": spec.light.to_json(),
+        "background": spec.background,
+        "exposure_gains": [float(g) for g in gains],
+        "sensor_noise_sigma_255": SENSOR_NOISE_SIGMA * 255.0,
+        "images": names,
+        "depth_range_m": [depth_min if np.isfinite(depth_min) else 0.0, depth_max],
+        "materials": [m.name for m in spec.mesh.materials],
+        "sparse": {"points": int(len(model.points)), "min_observations_per_image": int(obs.min()),
+                   "mean_track_length": float(model.visible.sum(axis=1).mean()) if len(model.points) else 0.0},
+        "scans": scan_info,
+    }
+    atomic_write_text(out_dir / "gt" / "scene.json", json.dumps(meta, indent=1) + "\n")
+    return out_dir
+
+
+def _build_sparse(cameras, rc, candidates, out_dir: Path, stems: list[str], seed: int,
+                  seeds_per_view: int) -> sparse_mod.SparseModel:
+    """Track filtering over all seeded candidates, topping up views that see too few points."""
+    points = np.concatenate([c.points for c in candidates])
+    normals = np.concatenate([c.normals for c in candidates])
+    cand = sparse_mod.Candidates(points, normals)
+    vis = sparse_mod.visibility(cameras, rc, cand)
+    keep = sparse_mod.keep_triangulable(cameras, cand, vis)
+    for round_ in range(1, 4):
+        short = np.flatnonzero(vis[keep].sum(axis=0) < sparse_mod.MIN_POINTS_PER_IMAGE)
+        if len(short) == 0:
+            break
+        extra = []
+        for v in short:  # reseed from the GT of the views that came up short
+            depth = np.load(out_dir / "gt" / "depth" / f"{stems[v]}.npy")
+            normal = np.load(out_dir / "gt" / "normal" / f"{stems[v]}.npy")
+            extra.append(sparse_mod.sample_candidates(cameras[v], depth, normal, seeds_per_view * 2 ** round_,
+                                                      np.random.default_rng([seed, 0x5EED, v, round_])))
+        more = sparse_mod.Candidates(np.concatenate([e.points for e in extra]),
+                                     np.concatenate([e.normals for e in extra]))
+        more_vis = sparse_mod.visibility(cameras, rc, more)
+        cand = sparse_mod.Candidates(np.concatenate([cand.points, more.points]),
+                                     np.concatenate([cand.normals, more.normals]))
+        vis = np.concatenate([vis, more_vis])
+        keep = np.concatenate([keep, sparse_mod.keep_triangulable(cameras, more, more_vis)])
+    points, vis = cand.points[keep], vis[keep]
+    short = np.flatnonzero(vis.sum(axis=0) < sparse_mod.MIN_POINTS_PER_IMAGE)
+    if len(short):
+        log.warning("synthetic sparse model: %d image(s) observe fewer than %d points (%s)", len(short),
+                    sparse_mod.MIN_POINTS_PER_IMAGE, ", ".join(stems[v] for v in short[:5]))
+    keypoints, point_idx = sparse_mod.observe(cameras, points, vis, np.random.default_rng([seed, 0x0B5]))
+
+    def load_image(v: int) -> np.ndarray:
+        img = cv2.imread(os.fspath(out_dir / "images" / f"{stems[v]}.png"), cv2.IMREAD_COLOR)
+        return img[:, :, ::-1]
+
+    colors = sparse_mod.point_colors(None, len(points), keypoints, point_idx, load_image=load_image)
+    return sparse_mod.SparseModel(points=points, visible=vis, keypoints=keypoints,
+                                  keypoint_point_idx=point_idx, colors=colors)

@@ -1,0 +1,128 @@
+"""Ray-cast one view: 8-bit image, exact z-depth and camera-frame normals.
+
+Image formation, in order: solid-texture albedo at the hit point (band-limited to the pixel
+footprint, see texture.py) -> Lambertian shading, ambient + direct light with cast shadows
+(one shadow ray per lit pixel) -> per-image exposure gain -> gamma 2.2 -> Gaussian sensor
+noise -> 8-bit quantisation. Pixels whose ray hits nothing show a smooth, texture-free
+background (sky or studio backdrop) and have depth 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import open3d as o3d
+
+from . import texture
+from .camera import Camera
+from .scenes import SceneSpec
+
+SENSOR_NOISE_SIGMA = 1.5 / 255.0  # std of the additive noise on the gamma-encoded [0, 1] signal
+GAMMA = 2.2
+SHADOW_RAY_OFFSET = 1e-3  # m, shadow rays start this far off the surface (no self-shadowing)
+MIN_FOOTPRINT_COS = 0.25  # footprint stretch at grazing incidence is capped at 4x
+
+# Linear-RGB backgrounds for rays that hit nothing.
+SKY_HORIZON = np.array([0.70, 0.78, 0.88])
+SKY_ZENITH = np.array([0.22, 0.40, 0.78])
+STUDIO_GREY = np.array([0.20, 0.20, 0.21])
+
+
+@dataclass
+class RenderedView:
+    rgb: np.ndarray  # [H, W, 3] uint8
+    depth: np.ndarray  # [H, W] float32, z-depth (m), 0 where no surface
+    normal: np.ndarray  # [H, W, 3] float32, camera frame, unit, facing the camera; 0 where no surface
+    material: np.ndarray  # [H, W] int16, index into the scene's materials, -1 where no surface
+
+
+def make_rays(origin: np.ndarray, directions: np.ndarray) -> o3d.core.Tensor:
+    """[N, 6] float32 open3d ray tensor from one origin [3] (or [N, 3]) and directions [N, 3]."""
+    origins = np.broadcast_to(np.asarray(origin, dtype=np.float32), directions.shape)
+    return o3d.core.Tensor(np.ascontiguousarray(np.concatenate([origins, directions.astype(np.float32)], axis=1)))
+
+
+def _background(kind: str, dirs_world: np.ndarray) -> np.ndarray:
+    """[N, 3] linear RGB for rays [N, 3] that leave the scene."""
+    up = dirs_world[:, 2] / np.linalg.norm(dirs_world, axis=1)
+    if kind == "sky":
+        w = np.sqrt(np.clip(up, 0.0, 1.0))[:, None]
+        return SKY_HORIZON + (SKY_ZENITH - SKY_HORIZON) * w
+    return STUDIO_GREY * (1.0 + 0.3 * up[:, None])
+
+
+def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: np.ndarray,
+                  normals: np.ndarray) -> np.ndarray:
+    """[N] direct irradiance factor in [0, 1] (cosine, falloff, cast shadows) at points [N, 3]."""
+    light = spec.light
+    if light.kind == "sun":
+        to_light = np.broadcast_to(np.asarray(light.vector), points.shape)
+        falloff = np.ones(len(points))
+    else:
+        vec = np.asarray(light.vector) - points
+        dist = np.linalg.norm(vec, axis=1)
+        to_light = vec / dist[:, None]
+        falloff = np.minimum(1.0, (light.reference_distance / dist) ** 2)
+    cosine = np.einsum("ij,ij->i", normals, to_light)
+    lit = np.flatnonzero(cosine > 0.0)
+    direct = np.zeros(len(points))
+    if len(lit) == 0:
+        return direct
+    origins = points[lit] + SHADOW_RAY_OFFSET * normals[lit]
+    if light.kind == "sun":
+        occluded = rc.test_occlusions(make_rays(origins, to_light[lit])).numpy()
+    else:
+        # Direction = full vector to the light, so t = 1 is the light itself.
+        occluded = rc.test_occlusions(make_rays(origins, np.asarray(light.vector) - origins), tfar=0.999).numpy()
+    direct[lit] = np.where(occluded, 0.0, cosine[lit] * falloff[lit])
+    return direct
+
+
+def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, gain: float,
+                texture_seed: int, noise_rng: np.random.Generator) -> RenderedView:
+    h, w = cam.height, cam.width
+    dirs = cam.pixel_ray_directions()  # [H*W, 3] float64, camera-frame z = 1
+    center = cam.center
+    hit = rc.cast_rays(make_rays(center, dirs))
+    t_hit = hit["t_hit"].numpy()  # [H*W] float32; z-depth because d_cam.z = 1
+    valid = np.isfinite(t_hit)
+    idx = np.flatnonzero(valid)
+    prim = hit["primitive_ids"].numpy()[idx].astype(np.int64)
+    d = dirs[idx]
+    n_world = hit["primitive_normals"].numpy()[idx].astype(np.float64)
+    n_world /= np.linalg.norm(n_world, axis=1, keepdims=True)
+    # Face the camera: the side of the triangle the ray arrived from.
+    n_world *= -np.sign(np.einsum("ij,ij->i", n_world, d))[:, None]
+    depth_valid = t_hit[idx].astype(np.float64)
+    points = center + depth_valid[:, None] * d
+
+    # Pixel footprint on the surface: lateral pixel size at this distance, stretched by 1/cos.
+    ray_len = np.linalg.norm(d, axis=1)
+    cos_inc = np.abs(np.einsum("ij,ij->i", n_world, d)) / ray_len
+    footprint = depth_valid * ray_len / cam.K[0, 0] / np.maximum(cos_inc, MIN_FOOTPRINT_COS)
+
+    mat_ids = spec.mesh.material_ids[prim]
+    albedo = np.empty((len(idx), 3))
+    for m in np.unique(mat_ids):
+        sel = mat_ids == m
+        albedo[sel] = texture.albedo(spec.mesh.materials[m], points[sel], footprint[sel],
+                                     seed=texture_seed * 7919 + int(m))
+
+    shade = spec.light.ambient + (1.0 - spec.light.ambient) * _direct_light(spec, rc, points, n_world)
+    linear = np.empty((h * w, 3))
+    linear[idx] = albedo * shade[:, None]
+    miss = np.flatnonzero(~valid)
+    linear[miss] = _background(spec.background, dirs[miss])
+    encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
+    encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)
+    rgb = np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8).reshape(h, w, 3)
+
+    depth = np.zeros(h * w, dtype=np.float32)
+    depth[idx] = t_hit[idx]
+    normal = np.zeros((h * w, 3), dtype=np.float32)
+    normal[idx] = (n_world @ cam.R.T).astype(np.float32)
+    material = np.full(h * w, -1, dtype=np.int16)
+    material[idx] = mat_ids
+    return RenderedView(rgb=rgb, depth=depth.reshape(h, w), normal=normal.reshape(h, w, 3),
+                        material=material.reshape(h, w))
