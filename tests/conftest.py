@@ -24,3 +24,22 @@ def cupy():
     import cupy as cp  # noqa: PLC0415
 
     return cp
+
+
+@pytest.fixture(scope="session")
+def synth_scene_factory(tmp_path_factory):
+    """`make(name, views=8, width=320, height=240, seed=0) -> Path`: a synthetic COLMAP project
+    with ground truth (see mvs_pipeline/synth), generated once per session and shared by tests."""
+    from mvs_pipeline.synth import generate_scene  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("synth")
+    cache: dict[tuple, object] = {}
+
+    def make(name: str, views: int = 8, width: int = 320, height: int = 240, seed: int = 0):
+        key = (name, views, width, height, seed)
+        if key not in cache:
+            out = root / f"{name}_v{views}_{width}x{height}_s{seed}"
+            cache[key] = generate_scene(name, out, views=views, width=width, height=height, seed=seed)
+        return cache[key]
+
+    return make

@@ -43,11 +43,6 @@ class Camera:
         d_cam = np.stack([(uv[:, 0] - cx) / fx, (uv[:, 1] - cy) / fy, np.ones(len(uv))], axis=1)
         return d_cam @ self.R  # R^T @ d for every row
 
-    def pixel_ray_directions(self) -> np.ndarray:
-        """[H * W, 3] float64 world directions through every pixel centre, row-major."""
-        cols, rows = np.meshgrid(np.arange(self.width) + 0.5, np.arange(self.height) + 0.5)
-        return self.ray_directions(np.stack([cols.ravel(), rows.ravel()], axis=1))
-
 
 def intrinsics(width: int, height: int, focal_ratio: float) -> np.ndarray:
     """PINHOLE K with fx = fy = focal_ratio * width and the principal point at the image centre."""

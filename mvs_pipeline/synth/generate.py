@@ -82,8 +82,12 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     rays of all scans together. Returns `out_dir`.
     """
     _check_args(name, views, width, height, seed, scan_spacing, max_scan_points)
+    views, width, height, seed = int(views), int(width), int(height), int(seed)
     out_dir = Path(out_dir)
-    spec = build_scene(name, int(views), int(width), int(height), int(seed))
+    # scene.json marks a finished scene: drop an old one first so a crash cannot leave it
+    # describing files of a different run.
+    (out_dir / "gt" / "scene.json").unlink(missing_ok=True)
+    spec = build_scene(name, views, width, height, seed)
     rc = spec.mesh.raycasting_scene()
     names = [f"view_{k:03d}.png" for k in range(views)]
     stems = [Path(n).stem for n in names]
@@ -111,7 +115,7 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
         if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
             raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
 
-    scan_info = None
+    scan_info, scan_list = None, []
     if scans:
         spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
         scan_list = simulate_scans(spec, rc, spacing, max_scan_points)
@@ -121,6 +125,7 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
                      "angular_step_rad": [s.angular_step for s in scan_list],
                      "points": [len(s.points) for s in scan_list]}
 
+    _remove_stale(out_dir, stems, scan_list)
     obs = model.observations_per_view()
     meta = {
         "scene": name, "seed": int(seed), "views": int(views), "width": int(width), "height": int(height),
@@ -139,6 +144,24 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     }
     atomic_write_text(out_dir / "gt" / "scene.json", json.dumps(meta, indent=1) + "\n")
     return out_dir
+
+
+def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
+    """Delete files an earlier run with more views or scans left behind (only our own names)."""
+    keep = set(stems)
+    for folder, pattern in (("images", "view_*.png"), ("gt/depth", "view_*.npy"), ("gt/normal", "view_*.npy")):
+        for path in (out_dir / folder).glob(pattern):
+            if path.stem not in keep:
+                path.unlink()
+    eth3d = out_dir / "gt" / "eth3d"
+    scan_names = {s.name for s in scans}
+    for path in eth3d.glob("scan_*.ply"):
+        if path.stem not in scan_names:
+            path.unlink()
+    if not scans:
+        (eth3d / "scan_alignment.mlp").unlink(missing_ok=True)
+        if eth3d.is_dir() and not any(eth3d.iterdir()):
+            eth3d.rmdir()
 
 
 def _build_sparse(cameras, rc, candidates, out_dir: Path, stems: list[str], seed: int,

@@ -22,6 +22,7 @@ SENSOR_NOISE_SIGMA = 1.5 / 255.0  # std of the additive noise on the gamma-encod
 GAMMA = 2.2
 SHADOW_RAY_OFFSET = 1e-3  # m, shadow rays start this far off the surface (no self-shadowing)
 MIN_FOOTPRINT_COS = 0.25  # footprint stretch at grazing incidence is capped at 4x
+PIXELS_PER_BLOCK = 1 << 18  # pixels rendered at once (memory bound, not a speed knob)
 
 # Linear-RGB backgrounds for rays that hit nothing.
 SKY_HORIZON = np.array([0.70, 0.78, 0.88])
@@ -79,13 +80,14 @@ def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: n
     return direct
 
 
-def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, gain: float,
-                texture_seed: int, noise_rng: np.random.Generator) -> RenderedView:
-    h, w = cam.height, cam.width
-    dirs = cam.pixel_ray_directions()  # [H*W, 3] float64, camera-frame z = 1
+def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, dirs: np.ndarray,
+                  texture_seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rays [N, 3] (camera-frame z = 1) -> (linear RGB [N, 3] float64, depth [N] float32,
+    camera-frame normals [N, 3] float32, material [N] int16)."""
+    n = len(dirs)
     center = cam.center
     hit = rc.cast_rays(make_rays(center, dirs))
-    t_hit = hit["t_hit"].numpy()  # [H*W] float32; z-depth because d_cam.z = 1
+    t_hit = hit["t_hit"].numpy()  # [N] float32; z-depth because d_cam.z = 1
     valid = np.isfinite(t_hit)
     idx = np.flatnonzero(valid)
     prim = hit["primitive_ids"].numpy()[idx].astype(np.int64)
@@ -110,19 +112,39 @@ def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera
                                      seed=texture_seed * 7919 + int(m))
 
     shade = spec.light.ambient + (1.0 - spec.light.ambient) * _direct_light(spec, rc, points, n_world)
-    linear = np.empty((h * w, 3))
+    linear = np.empty((n, 3))
     linear[idx] = albedo * shade[:, None]
     miss = np.flatnonzero(~valid)
     linear[miss] = _background(spec.background, dirs[miss])
-    encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
-    encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)
-    rgb = np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8).reshape(h, w, 3)
-
-    depth = np.zeros(h * w, dtype=np.float32)
+    depth = np.zeros(n, dtype=np.float32)
     depth[idx] = t_hit[idx]
-    normal = np.zeros((h * w, 3), dtype=np.float32)
+    normal = np.zeros((n, 3), dtype=np.float32)
     normal[idx] = (n_world @ cam.R.T).astype(np.float32)
-    material = np.full(h * w, -1, dtype=np.int16)
+    material = np.full(n, -1, dtype=np.int16)
     material[idx] = mat_ids
-    return RenderedView(rgb=rgb, depth=depth.reshape(h, w), normal=normal.reshape(h, w, 3),
-                        material=material.reshape(h, w))
+    return linear, depth, normal, material
+
+
+def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, gain: float,
+                texture_seed: int, noise_rng: np.random.Generator) -> RenderedView:
+    h, w = cam.height, cam.width
+    rgb = np.empty((h, w, 3), dtype=np.uint8)
+    depth = np.empty((h, w), dtype=np.float32)
+    normal = np.empty((h, w, 3), dtype=np.float32)
+    material = np.empty((h, w), dtype=np.int16)
+    # Row blocks bound the float64 temporaries (~1 GB at 3200x2130 in one go); every pixel's
+    # value is independent of the blocking, and the noise is drawn in row order.
+    rows_per_block = max(1, PIXELS_PER_BLOCK // w)
+    cols = np.arange(w) + 0.5  # COLMAP pixel centres: column i is at x = i + 0.5
+    for r0 in range(0, h, rows_per_block):
+        r1 = min(h, r0 + rows_per_block)
+        cc, rr = np.meshgrid(cols, np.arange(r0, r1) + 0.5)
+        dirs = cam.ray_directions(np.stack([cc.ravel(), rr.ravel()], axis=1))
+        linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed)
+        encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
+        encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)
+        rgb[r0:r1] = np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8).reshape(r1 - r0, w, 3)
+        depth[r0:r1] = d.reshape(r1 - r0, w)
+        normal[r0:r1] = n.reshape(r1 - r0, w, 3)
+        material[r0:r1] = m.reshape(r1 - r0, w)
+    return RenderedView(rgb=rgb, depth=depth, normal=normal, material=material)

@@ -145,13 +145,13 @@ def _object_scene(views: int, width: int, height: int, rng: np.random.Generator)
 
 # ---------------------------------------------------------------- courtyard
 COURTYARD_MATERIALS = [
-    Material("cobbles", (0.22, 0.20, 0.18), (0.62, 0.58, 0.52), "fbm", wavelength=0.6, octaves=9,
+    Material("cobbles", (0.22, 0.20, 0.18), (0.62, 0.58, 0.52), "fbm", wavelength=0.4, octaves=8,
              sharpness=2.0),
-    Material("plaster_ochre", (0.55, 0.38, 0.15), (0.80, 0.70, 0.50), "fbm", wavelength=1.2, octaves=9,
+    Material("plaster_ochre", (0.55, 0.38, 0.15), (0.80, 0.70, 0.50), "fbm", wavelength=0.6, octaves=8,
              sharpness=1.5),
     Material("brick", (0.45, 0.14, 0.08), (0.75, 0.55, 0.45), "marble", wavelength=0.4, octaves=8,
              sharpness=2.0, stripe_axis=(0.0, 0.0, 1.0)),
-    Material("concrete", (0.30, 0.30, 0.32), (0.72, 0.72, 0.70), "fbm", wavelength=0.9, octaves=9,
+    Material("concrete", (0.30, 0.30, 0.32), (0.72, 0.72, 0.70), "fbm", wavelength=0.5, octaves=8,
              sharpness=1.8),
     Material("stone", (0.50, 0.48, 0.42), (0.85, 0.82, 0.75), "marble", wavelength=0.5, octaves=8,
              sharpness=1.5, stripe_axis=(0.4, 0.3, 1.0)),
@@ -215,7 +215,7 @@ def _courtyard_scene(views: int, width: int, height: int, rng: np.random.Generat
     scanners = [Scanner(position=p, yaw=float(rng.uniform(0, 2 * np.pi)), elevation_range=el)
                 for p in ((-3.0, -3.2, 1.7), (3.4, 1.2, 1.7), (-2.2, 2.8, 1.7))]
     return SceneSpec("courtyard", _courtyard_mesh(), _courtyard_cameras(views, K, width, height, rng),
-                     Light("sun", _sun(125.0, 40.0), ambient=0.35), "sky", scanners,
+                     Light("sun", _sun(125.0, 40.0), ambient=0.45), "sky", scanners,
                      scan_spacing=0.01, scan_reference_distance=3.5)
 
 

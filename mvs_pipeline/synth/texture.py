@@ -140,7 +140,7 @@ class Material:
     persistence: float = 0.8  # amplitude ratio between octaves; high keeps fine detail strong
     sharpness: float = 1.5  # tanh gain on the unit-variance noise: higher = blotchier, more contrast
     stripe_axis: tuple[float, float, float] = (1.0, 0.3, 0.2)  # marble only: direction of the veins' gradient
-    detail: float = 0.3  # relative brightness modulation by the fine band (0 = none)
+    detail: float = 0.4  # relative brightness modulation by the fine band (0 = none)
 
 
 def albedo(material: Material, points: np.ndarray, footprint: np.ndarray, seed: int) -> np.ndarray:
