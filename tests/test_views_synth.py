@@ -8,15 +8,13 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.config import load_config
-from mvs_pipeline.synth import generate_scene
 from mvs_pipeline.views import select_views
 from mvs_pipeline.workspace import read_scene
 
 
-@pytest.fixture(scope="module", params=["object", "courtyard", "room"])
-def scene_dir(request, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp(f"views_{request.param}")
-    return generate_scene(request.param, out, views=10, width=320, height=240, seed=1, scans=False)
+@pytest.fixture(params=["object", "courtyard", "room"])
+def scene_dir(request, synth_scene_factory) -> Path:
+    return synth_scene_factory(request.param, views=10, seed=1)
 
 
 def _gt_depth(scene_dir: Path, view) -> np.ndarray:
