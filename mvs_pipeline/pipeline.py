@@ -67,13 +67,35 @@ def _stage_views(ctx: RunContext) -> None:
     ctx.counts["views_with_sources"] = sum(1 for n in ctx.selection.neighbors if n)
 
 
-STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _stage_load, "views": _stage_views}
+def _stage_fusion(ctx: RunContext) -> None:
+    from . import fusion as fusion_stage  # noqa: PLC0415 (imports numba; only when fusing)
+
+    counts = fusion_stage.run(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
+                              overwrite=ctx.overwrite, progress=ctx.progress)
+    ctx.counts["fusion_views"] = counts.get("reference_views", 0)
+    ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
+    ctx.counts["fused_points"] = counts.get("points", 0)
+    if counts.get("gpu_peak_bytes") is not None:
+        ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
+
+
+STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _stage_load, "views": _stage_views,
+                                                          "fusion": _stage_fusion}
 
 
 def parse_stages(text: str | None) -> list[str]:
-    """`load,views` -> ordered list; unknown or not-yet-available stages are errors."""
+    """`load,views` -> ordered list; unknown or not-yet-available stages are errors.
+
+    The default is the chain of available stages from the first one up to the first stage this
+    version lacks (a run cannot jump over a missing stage, e.g. fuse without a depth stage).
+    """
     if not text:
-        return [s for s in ALL_STAGES if s in STAGE_RUNNERS]
+        chain = []
+        for s in ALL_STAGES:
+            if s not in STAGE_RUNNERS:
+                break
+            chain.append(s)
+        return chain
     names = [s.strip() for s in text.split(",") if s.strip()]
     for s in names:
         if s not in ALL_STAGES:

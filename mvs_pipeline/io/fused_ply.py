@@ -1,0 +1,106 @@
+"""Stream a fused point cloud to `fused.ply` + `fused.ply.vis` without holding it in memory.
+
+Points arrive in chunks (one per reference view) and are appended to temporary files next to the
+targets (`atomic_path`), behind a header of fixed length: the vertex count is only known at the
+end, so `finish()` rewrites the header in place, its comment line padded to keep the length (no
+copy of the body). Then the visibility file is renamed into place, the PLY last, so a present
+`fused.ply` is complete and has its `.vis`; an interrupted fusion leaves neither (the
+temporaries are removed on the way out).
+
+PLY layout (binary little-endian, one `vertex` element, 28 bytes per point), the layout
+`io/ply.py` writes, read by Open3D, MeshLab, CloudCompare, COLMAP and the ETH3D evaluator:
+    float x, y, z; float nx, ny, nz; uchar red, green, blue; uchar support
+`support` = number of views whose observations were fused into the point (reference included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import atomic_path
+from .vis_file import write_vis_header
+
+VERTEX_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("nx", "<f4"), ("ny", "<f4"), ("nz", "<f4"),
+                         ("red", "u1"), ("green", "u1"), ("blue", "u1"), ("support", "u1")])
+_PLY_TYPES = {"<f4": "float", "|u1": "uchar"}
+
+
+HEADER_BYTES = 512  # fixed length of the PLY header (padding lives in a comment line)
+
+
+def ply_header(num_points: int) -> bytes:
+    """The PLY header for `num_points` vertices, exactly HEADER_BYTES long."""
+    props = [f"property {_PLY_TYPES[VERTEX_DTYPE.fields[name][0].str]} {name}" for name in VERTEX_DTYPE.names]
+    head = ["ply", "format binary_little_endian 1.0"]
+    tail = [f"element vertex {num_points}", *props, "end_header"]
+    fixed = len("\n".join(head + ["comment mvs-pipeline fusion"] + tail)) + 1
+    if fixed > HEADER_BYTES:
+        raise ValueError("PLY header does not fit HEADER_BYTES")
+    comment = "comment mvs-pipeline fusion" + " " * (HEADER_BYTES - fixed)
+    return ("\n".join(head + [comment] + tail) + "\n").encode("ascii")
+
+
+class FusedCloudWriter:
+    """Usage: `with FusedCloudWriter(ply, vis) as w: w.append(...); ...; w.finish()`."""
+
+    def __init__(self, ply_path: str | os.PathLike, vis_path: str | os.PathLike):
+        self.ply_path = Path(ply_path)
+        self.vis_path = Path(vis_path)
+        self.num_points = 0
+        self._stack = contextlib.ExitStack()
+        self._ply_f = None
+        self._vis_f = None
+        self._finished = False
+
+    def __enter__(self) -> "FusedCloudWriter":
+        try:
+            # entered ply first: contexts exit in reverse, so .vis is renamed into place before .ply
+            ply_tmp = self._stack.enter_context(atomic_path(self.ply_path))
+            vis_tmp = self._stack.enter_context(atomic_path(self.vis_path))
+            self._ply_f = self._stack.enter_context(open(ply_tmp, "wb"))
+            self._vis_f = self._stack.enter_context(open(vis_tmp, "wb"))
+        except BaseException:
+            self._stack.close()
+            raise
+        self._ply_f.write(ply_header(0))
+        write_vis_header(self._vis_f, 0)
+        return self
+
+    def append(self, xyz: np.ndarray, normal: np.ndarray, color: np.ndarray, support: np.ndarray,
+               vis_words: np.ndarray) -> None:
+        """xyz, normal [P, 3]; color [P, 3] uint8; support [P]; vis_words: the P visibility records."""
+        p = len(xyz)
+        if not (normal.shape == xyz.shape == color.shape == (p, 3) and support.shape == (p,)):
+            raise ValueError(f"chunk arrays disagree: xyz {xyz.shape}, normal {normal.shape}, color {color.shape}, "
+                             f"support {support.shape}")
+        rec = np.empty(p, VERTEX_DTYPE)
+        for i, a in enumerate("xyz"):
+            rec[a] = xyz[:, i]
+            rec["n" + a] = normal[:, i]
+        for i, c in enumerate(("red", "green", "blue")):
+            rec[c] = color[:, i]
+        rec["support"] = support
+        rec.tofile(self._ply_f)
+        np.asarray(vis_words, dtype="<u4").tofile(self._vis_f)
+        self.num_points += p
+
+    def finish(self) -> None:
+        """Write the final counts into both headers; the files are renamed into place on exit."""
+        self._ply_f.seek(0)
+        self._ply_f.write(ply_header(self.num_points))
+        self._vis_f.seek(0)
+        write_vis_header(self._vis_f, self.num_points)
+        self._finished = True
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and not self._finished:
+            exc_type = RuntimeError  # closed without finish(): treat as a failure, keep no output
+            try:
+                raise RuntimeError("FusedCloudWriter closed without finish()")
+            except RuntimeError as err:
+                exc, tb = err, err.__traceback__
+        self._stack.__exit__(exc_type, exc, tb)
