@@ -11,7 +11,7 @@ from . import __version__
 from .errors import MVSError
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
-COMMANDS = ["run", "info", "synth", "evaluate", "report"]
+COMMANDS = ["run", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm"]
 
 
 def build_parser() -> argparse.ArgumentParser:

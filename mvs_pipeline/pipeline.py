@@ -79,8 +79,24 @@ def _stage_fusion(ctx: RunContext) -> None:
         ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
 
 
+def _stage_sampling(ctx: RunContext) -> None:
+    from . import sampling as sampling_stage  # noqa: PLC0415
+
+    sampling_stage.run(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite, backend=ctx.backend)
+
+
+def _stage_evaluate(ctx: RunContext) -> None:
+    from .evaluation import stage as evaluate_stage  # noqa: PLC0415
+
+    summary = evaluate_stage.run(ctx.cfg.evaluate, ctx.out_dir, gt_mlp=ctx.gt, workspace=ctx.workspace,
+                                 backend=ctx.backend, overwrite=ctx.overwrite, make_report=False)
+    for cloud, scores in summary.get("eth3d", {}).items():
+        ctx.counts[f"f1_{cloud}"] = scores["f1"]
+
+
 STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _stage_load, "views": _stage_views,
-                                                          "fusion": _stage_fusion}
+                                                          "fusion": _stage_fusion, "sampling": _stage_sampling,
+                                                          "evaluate": _stage_evaluate}
 
 
 def parse_stages(text: str | None) -> list[str]:
@@ -122,4 +138,8 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts}
     atomic_write_text(ctx.out_dir / "run.json", json.dumps(record, indent=1))
+    if "evaluate" in stages and ctx.cfg.evaluate.report:  # after run.json so the report shows this run's timings
+        from .evaluation.stage import write_final_report  # noqa: PLC0415
+
+        write_final_report(ctx.cfg.evaluate, ctx.out_dir)
     return record
