@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .config import meta
+from .patchmatch.params import PatchMatchParams  # the `patchmatch` section: one class for API and YAML
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class PipelineConfig:
         "seed of every random draw (PatchMatch initialisation, refinement)", None, (0, 2**31 - 1)))
     load: LoadConfig = field(default_factory=LoadConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
+    patchmatch: PatchMatchParams = field(default_factory=PatchMatchParams)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

@@ -67,6 +67,14 @@ def _stage_views(ctx: RunContext) -> None:
     ctx.counts["views_with_sources"] = sum(1 for n in ctx.selection.neighbors if n)
 
 
+def _stage_depth(ctx: RunContext) -> None:
+    from . import depth as depth_stage  # noqa: PLC0415 (imports numba/cupy only when needed)
+
+    counts = depth_stage.run(ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
+                             overwrite=ctx.overwrite, progress=ctx.progress)
+    ctx.counts.update(counts)
+
+
 def _stage_fusion(ctx: RunContext) -> None:
     from . import fusion as fusion_stage  # noqa: PLC0415 (imports numba; only when fusing)
 
@@ -95,6 +103,7 @@ def _stage_evaluate(ctx: RunContext) -> None:
 
 
 STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _stage_load, "views": _stage_views,
+                                                          "depth": _stage_depth,
                                                           "fusion": _stage_fusion, "sampling": _stage_sampling,
                                                           "evaluate": _stage_evaluate}
 

@@ -25,7 +25,7 @@ def test_run_then_rerun_resumes(tmp_path, capsys):
     write_colmap_project(tmp_path / "ws")
     out = tmp_path / "out"
     assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
-                 "--set", "views.num_neighbors=3"]) == 0
+                 "--set", "views.num_neighbors=3", "--stages", "load,views"]) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["stages"] == ["load", "views"] and record["backend"] == "cpu"
     assert record["counts"]["views"] == 5

@@ -1,8 +1,10 @@
 """End to end: `mvs-pipeline run` on a synthetic object scene, scored by the native ETH3D evaluator.
 
-Skipped until the depth and fusion stages are registered in pipeline.STAGE_RUNNERS (they are
-built by other issues). The bars are the issue's; retune them to what the finished pipeline
-honestly reaches (never below 0.7 on the CPU test).
+The bars are the issue's. With single-scale photometric PatchMatch and no post-filter (this
+version's depth stage) the pipeline does not reach them yet: measured F1 at 5 cm = 0.44 on the
+CPU test (accuracy 0.999, completeness 0.28). Both tests are strict xfails until the ACMM
+multi-scale/geometric depth stage lands; an unexpected pass fails the run, so the marks must be
+removed (and the bars kept) then.
 """
 
 from __future__ import annotations
@@ -40,12 +42,18 @@ def _run_and_score(tmp_path, width, height, backend, tolerance):
     return json.loads(res_path.read_text())
 
 
+NOT_YET = pytest.mark.xfail(strict=True, reason="needs the multi-scale geometric depth stage (ACMM) and "
+                                                  "its post-filter; single-scale photometric reaches F1@5cm ~0.44")
+
+
+@NOT_YET
 @pytest.mark.slow
 def test_cpu_pipeline_f1_at_5cm(tmp_path):
     res = _run_and_score(tmp_path, 320, 240, "cpu", 0.05)
     assert res["f1"][0] >= CPU_F1_AT_5CM, res
 
 
+@NOT_YET
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_pipeline_f1_at_2cm(tmp_path):

@@ -1,0 +1,302 @@
+// Single-scale ACMH PatchMatch kernels: init, propagate (adaptive checkerboard + joint view
+// selection), refine, plus debug kernels that expose each stage for tests against the CPU twin
+// (mvs_pipeline/cpu/patchmatch.py). Launchers: mvs_pipeline/kernels/patchmatch.py.
+//
+// Maps (row-major, H x W): plane float4 (nx, ny, nz, depth), cost float, selected uint32,
+// weights uint8 [S, H, W] (Monte-Carlo view counts of the last propagation, read by refine).
+// Propagate/refine run one checkerboard colour: a block of 16 x PM_BLOCK_Y threads covers
+// 32 x PM_BLOCK_Y pixels (thread tx -> column 2 tx + ((y + color) & 1)), and first loads its
+// reference tile with a PM_WINDOW_RADIUS border into shared memory.
+//
+// Later passes hook in here: the geometric-consistency pass adds its term inside view_costs
+// (one place for every cost), and the init kernel already takes prior depth/normal maps.
+// The window constants come from mvs_pipeline/patchmatch/window.py; CI compiles these variants:
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=8
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32
+// ci-variant: -DPM_WINDOW_RADIUS=3 -DPM_WINDOW_STEP=1 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16
+#include "patchmatch_common.cuh"
+
+#define PM_BLOCK_X 16
+#ifndef PM_BLOCK_Y
+#define PM_BLOCK_Y 8   // 16 x 8 threads: ~160 registers each still fit 3 blocks per SM
+#endif
+#define PM_TILE_W (2 * PM_BLOCK_X + 2 * PM_WINDOW_RADIUS)
+#define PM_TILE_H (PM_BLOCK_Y + 2 * PM_WINDOW_RADIUS)
+
+// Load the reference tile of this block (border-clamped) and return its accessor.
+__device__ __forceinline__ TileRef load_ref_tile(float* tile, const float* __restrict__ ref, int W, int H) {
+    const int x0 = blockIdx.x * (2 * PM_BLOCK_X) - PM_WINDOW_RADIUS;
+    const int y0 = blockIdx.y * PM_BLOCK_Y - PM_WINDOW_RADIUS;
+    const int tid = threadIdx.y * PM_BLOCK_X + threadIdx.x;
+    for (int k = tid; k < PM_TILE_W * PM_TILE_H; k += PM_BLOCK_X * PM_BLOCK_Y) {
+        const int ty = k / PM_TILE_W, tx = k - ty * PM_TILE_W;
+        const int gx = min(max(x0 + tx, 0), W - 1);
+        const int gy = min(max(y0 + ty, 0), H - 1);
+        tile[k] = ref[gy * W + gx];
+    }
+    __syncthreads();
+    TileRef t;
+    t.tile = tile;
+    t.x0 = x0;
+    t.y0 = y0;
+    t.pitch = PM_TILE_W;
+    return t;
+}
+
+__device__ __forceinline__ PMSources make_sources(const unsigned long long* tex, const int* size, const float* M,
+                                                  const float* e, const float* K_inv, int S) {
+    PMSources s;
+    s.tex = tex; s.size = size; s.M = M; s.e = e; s.K_inv = K_inv; s.count = S;
+    return s;
+}
+
+// Random (or prior) hypothesis per pixel, its top-k initial cost and selected views.
+extern "C" __global__ void __launch_bounds__(256)
+pm_init(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
+        const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
+        const float* __restrict__ K_inv, int S, const float* __restrict__ fparams, const int* __restrict__ iparams,
+        const float* __restrict__ init_depth, const float* __restrict__ init_normal, int has_prior,
+        float4* __restrict__ plane, float* __restrict__ cost, unsigned int* __restrict__ selected) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H) return;
+    const PMParams p = load_params(fparams, iparams);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const int pix = y * W + x;
+    const float3 r = pixel_ray(K_inv, x, y);
+    float3 n;
+    float depth;
+    if (has_prior && init_depth[pix] > 0.0f) {
+        depth = init_depth[pix];
+        n = make_float3(init_normal[3 * pix], init_normal[3 * pix + 1], init_normal[3 * pix + 2]);
+        float nn = sqrtf(n.x * n.x + n.y * n.y + n.z * n.z);
+        if (!(nn > 0.0f)) {
+            n = make_float3(-r.x, -r.y, -r.z);
+            nn = sqrtf(n.x * n.x + n.y * n.y + n.z * n.z);
+        }
+        n = make_float3(n.x / nn, n.y / nn, n.z / nn);
+        if (n.x * r.x + n.y * r.y + n.z * r.z > 0.0f) n = make_float3(-n.x, -n.y, -n.z);
+    } else {
+        depth = random_depth(rng_uniform(p.seed, pix, 0, 0), p.depth_min, p.depth_max, p.inverse_depth);
+        n = random_normal(rng_uniform(p.seed, pix, 0, 1), rng_uniform(p.seed, pix, 0, 2), r);
+    }
+    plane[pix] = make_float4(n.x, n.y, n.z, depth);
+    GlobalRef gref;
+    gref.img = ref; gref.width = W; gref.height = H;
+    RefWindow win;
+    ref_window(gref, x, y, p.sigma_spatial, p.sigma_color, win);
+    float cvec[PM_MAX_VIEWS];
+    view_costs(win, gref, src, x, y, n, depth, nullptr, cvec);
+    unsigned int mask;
+    cost[pix] = top_k_cost(cvec, S, p.top_k, &mask);
+    selected[pix] = mask;
+}
+
+// Adaptive checkerboard propagation with multi-hypothesis joint view selection, one colour.
+extern "C" __global__ void __launch_bounds__(PM_BLOCK_X * PM_BLOCK_Y)
+pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
+             const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
+             const float* __restrict__ K_inv, int S, const float* __restrict__ fparams,
+             const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane,
+             float* __restrict__ cost, unsigned int* __restrict__ selected, unsigned char* __restrict__ weights) {
+    __shared__ float tile[PM_TILE_W * PM_TILE_H];
+    const TileRef tref = load_ref_tile(tile, ref, W, H);
+    const int y = blockIdx.y * PM_BLOCK_Y + threadIdx.y;
+    const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
+    if (x >= W || y >= H) return;
+    const PMParams p = load_params(fparams, iparams);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const int pix = y * W + x;
+
+    RefWindow win;
+    ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
+    int cand[PM_NUM_CANDIDATES];
+    find_candidates(cost, W, H, x, y, cand);
+    float cmat[PM_NUM_CANDIDATES][PM_MAX_VIEWS];
+    float cdepth[PM_NUM_CANDIDATES];
+    unsigned char flags[PM_NUM_CANDIDATES];
+    for (int i = 0; i < PM_NUM_CANDIDATES; ++i) {
+        const int q = cand[i];
+        flags[i] = q >= 0;
+        cdepth[i] = -1.0f;
+        if (q < 0) {
+            for (int s = 0; s < S; ++s) cmat[i][s] = PM_COST_MAX;
+            continue;
+        }
+        const float4 pq = plane[q];
+        const float3 n = make_float3(pq.x, pq.y, pq.z);
+        const int qy = q / W, qx = q - qy * W;
+        cdepth[i] = transfer_depth(K_inv, n, pq.w, qx, qy, x, y);
+        view_costs(win, tref, src, x, y, n, cdepth[i], nullptr, cmat[i]);
+    }
+    // view-selection prior from the 4-neighbours' selected views
+    float prior[PM_MAX_VIEWS];
+    for (int s = 0; s < S; ++s) prior[s] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        if (!flags[2 * r]) continue;
+        const int nb = (r == 0) ? pix - W : (r == 1) ? pix + W : (r == 2) ? pix - 1 : pix + 1;
+        const unsigned int m = selected[nb];
+        for (int s = 0; s < S; ++s) prior[s] += ((m >> s) & 1u) ? p.prior_selected : p.prior_unselected;
+    }
+    unsigned char wts[PM_MAX_VIEWS];
+    const unsigned int mask = select_views(cmat, flags, prior, S, p, (unsigned int)pix, (unsigned int)pass, wts);
+
+    // the current hypothesis, re-scored with the new weights
+    const float4 cur = plane[pix];
+    float cvec[PM_MAX_VIEWS];
+    view_costs(win, tref, src, x, y, make_float3(cur.x, cur.y, cur.z), cur.w, wts, cvec);
+    float best_cost = weighted_cost(cvec, wts, S);
+    int best = -1;
+    for (int i = 0; i < PM_NUM_CANDIDATES; ++i) {
+        if (!flags[i] || !(cdepth[i] >= p.depth_min && cdepth[i] <= p.depth_max)) continue;
+        const float c = weighted_cost(cmat[i], wts, S);
+        if (c < best_cost) { best_cost = c; best = i; }
+    }
+    if (best >= 0) {
+        const float4 pq = plane[cand[best]];
+        plane[pix] = make_float4(pq.x, pq.y, pq.z, cdepth[best]);
+    }
+    cost[pix] = best_cost;
+    selected[pix] = mask;
+    const int HW = W * H;
+    for (int s = 0; s < S; ++s) weights[s * HW + pix] = wts[s];
+}
+
+// Random refinement, one colour: ACMH's 5 hypotheses (+ extra normal-only ones at scales
+// 4, 2, 1, 1/2, ... x perturbation), keep the best.
+// Draws: 0 random depth, 1-2 random normal, 3 perturbed depth, 4-6 perturbed normal angles,
+// then 3 angles per extra hypothesis.
+extern "C" __global__ void __launch_bounds__(PM_BLOCK_X * PM_BLOCK_Y)
+pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
+          const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
+          const float* __restrict__ K_inv, int S, const float* __restrict__ fparams, const int* __restrict__ iparams,
+          int color, int pass, float4* __restrict__ plane, float* __restrict__ cost,
+          const unsigned char* __restrict__ weights) {
+    __shared__ float tile[PM_TILE_W * PM_TILE_H];
+    const TileRef tref = load_ref_tile(tile, ref, W, H);
+    const int y = blockIdx.y * PM_BLOCK_Y + threadIdx.y;
+    const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
+    if (x >= W || y >= H) return;
+    const PMParams p = load_params(fparams, iparams);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const unsigned int pix = y * W + x;
+    const int HW = W * H;
+    unsigned char wts[PM_MAX_VIEWS];
+    for (int s = 0; s < S; ++s) wts[s] = weights[s * HW + pix];
+
+    const float3 r = pixel_ray(K_inv, x, y);
+    const float4 cur = plane[pix];
+    const float3 n = make_float3(cur.x, cur.y, cur.z);
+    const float depth = cur.w;
+    const float pert = p.perturbation;
+    const float d_rand = random_depth(rng_uniform(p.seed, pix, pass, 0), p.depth_min, p.depth_max, p.inverse_depth);
+    const float3 n_rand = random_normal(rng_uniform(p.seed, pix, pass, 1), rng_uniform(p.seed, pix, pass, 2), r);
+    const float d_pert = depth * (1.0f + (2.0f * rng_uniform(p.seed, pix, pass, 3) - 1.0f) * pert);
+    const float3 n_pert = perturb_normal(n, rng_uniform(p.seed, pix, pass, 4), rng_uniform(p.seed, pix, pass, 5),
+                                         rng_uniform(p.seed, pix, pass, 6), pert, r);
+    RefWindow win;
+    ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
+    float best_cost = cost[pix];
+    float4 best = cur;
+    float cvec[PM_MAX_VIEWS];
+    for (int h = 0; h < p.num_refine; ++h) {
+        float3 hn;
+        float hd;
+        if (h == 0) { hn = n; hd = d_rand; }
+        else if (h == 1) { hn = n_rand; hd = depth; }
+        else if (h == 2) { hn = n_rand; hd = d_rand; }
+        else if (h == 3) { hn = n_pert; hd = depth; }
+        else if (h == 4) { hn = n; hd = d_pert; }
+        else {
+            // extra: the normal alone, turned at coarse-to-fine scales 4, 2, 1, 1/2, ... x pert
+            const float scale = pert * exp2f((float)(7 - h));
+            const unsigned int base = 7 + 3 * (h - 5);
+            hd = depth;
+            hn = perturb_normal(n, rng_uniform(p.seed, pix, pass, base), rng_uniform(p.seed, pix, pass, base + 1),
+                                rng_uniform(p.seed, pix, pass, base + 2), scale, r);
+        }
+        if (!(hd >= p.depth_min && hd <= p.depth_max)) continue;
+        view_costs(win, tref, src, x, y, hn, hd, wts, cvec);
+        const float c = weighted_cost(cvec, wts, S);
+        if (c < best_cost) { best_cost = c; best = make_float4(hn.x, hn.y, hn.z, hd); }
+    }
+    plane[pix] = best;
+    cost[pix] = best_cost;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Debug kernels: one stage each, same contracts as the CPU twin's debug_* functions.
+// ---------------------------------------------------------------------------------------------
+
+// out [N, S] = per-source costs of planes [N] (nx, ny, nz, depth) at pixels [N] (x, y).
+extern "C" __global__ void pm_debug_view_costs(const float* __restrict__ ref, int W, int H,
+                                               const unsigned long long* __restrict__ tex, const int* __restrict__ size,
+                                               const float* __restrict__ M, const float* __restrict__ e,
+                                               const float* __restrict__ K_inv, int S,
+                                               const float* __restrict__ fparams, const int* __restrict__ iparams,
+                                               const int2* __restrict__ pixels, const float4* __restrict__ planes,
+                                               int N, float* __restrict__ out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N) return;
+    const PMParams p = load_params(fparams, iparams);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const int2 px = pixels[j];
+    GlobalRef gref;
+    gref.img = ref; gref.width = W; gref.height = H;
+    RefWindow win;
+    ref_window(gref, px.x, px.y, p.sigma_spatial, p.sigma_color, win);
+    float cvec[PM_MAX_VIEWS];
+    const float4 h = planes[j];
+    view_costs(win, gref, src, px.x, px.y, make_float3(h.x, h.y, h.z), h.w, nullptr, cvec);
+    for (int s = 0; s < S; ++s) out[j * S + s] = cvec[s];
+}
+
+// out [H, W, 8]: find_candidates for every pixel of `color`, -2 for the other colour.
+extern "C" __global__ void pm_debug_candidates(const float* __restrict__ cost, int W, int H, int color,
+                                               int* __restrict__ out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H) return;
+    int cand[PM_NUM_CANDIDATES];
+    if (((x + y) & 1) != color) {
+        for (int i = 0; i < PM_NUM_CANDIDATES; ++i) cand[i] = -2;
+    } else {
+        find_candidates(cost, W, H, x, y, cand);
+    }
+    for (int i = 0; i < PM_NUM_CANDIDATES; ++i) out[(y * W + x) * PM_NUM_CANDIDATES + i] = cand[i];
+}
+
+// weights [N, S] and masks [N] from select_views on cost_matrices [N, 8, S], flags [N, 8],
+// priors [N, S]; pixels [N] seeds the RNG as the pixel index would.
+extern "C" __global__ void pm_debug_select_views(const float* __restrict__ cost_matrices,
+                                                 const unsigned char* __restrict__ flags_in,
+                                                 const float* __restrict__ priors, const int* __restrict__ pixels,
+                                                 int N, int S, const float* __restrict__ fparams,
+                                                 const int* __restrict__ iparams, int pass,
+                                                 unsigned char* __restrict__ weights, unsigned int* __restrict__ masks) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N) return;
+    const PMParams p = load_params(fparams, iparams);
+    float cmat[PM_NUM_CANDIDATES][PM_MAX_VIEWS];
+    unsigned char flags[PM_NUM_CANDIDATES];
+    float prior[PM_MAX_VIEWS];
+    unsigned char wts[PM_MAX_VIEWS];
+    for (int i = 0; i < PM_NUM_CANDIDATES; ++i) {
+        flags[i] = flags_in[j * PM_NUM_CANDIDATES + i];
+        for (int s = 0; s < S; ++s) cmat[i][s] = cost_matrices[(j * PM_NUM_CANDIDATES + i) * S + s];
+    }
+    for (int s = 0; s < S; ++s) prior[s] = priors[j * S + s];
+    masks[j] = select_views(cmat, flags, prior, S, p, (unsigned int)pixels[j], (unsigned int)pass, wts);
+    for (int s = 0; s < S; ++s) weights[j * S + s] = wts[s];
+}
+
+// rng [N] = rng_uniform(seed, pixel[j], pass, draw[j]) for the RNG cross-check.
+extern "C" __global__ void pm_debug_rng(unsigned int seed, const unsigned int* __restrict__ pixels,
+                                        const unsigned int* __restrict__ passes, const unsigned int* __restrict__ draws,
+                                        int N, unsigned int* __restrict__ out_u32, float* __restrict__ out_uniform) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N) return;
+    out_u32[j] = rng_u32(seed, pixels[j], passes[j], draws[j]);
+    out_uniform[j] = rng_uniform(seed, pixels[j], passes[j], draws[j]);
+}

@@ -1,0 +1,155 @@
+"""COLMAP dense depth / normal maps (`.bin`) and colourised PNG previews.
+
+File layout (COLMAP's `Mat<float>::Write`, read by its `read_array`): an ASCII header
+`width&height&channels&`, then width*height*channels little-endian float32 values, one channel
+plane after another, each plane row-major: value (row r, col c, channel k) sits at index
+k*H*W + r*W + c. A depth map has 1 channel (z-depth in metres, 0 = no estimate); a normal map
+has 3 (x, y, z of the unit camera-frame normal).
+
+`pycolmap.DepthMap` reads and writes depth maps in exactly this layout. `pycolmap.NormalMap`'s
+from_array/to_array treat the buffer as interleaved H x W x 3, which is *not* COLMAP's planar
+normal-map layout; we therefore write normal maps ourselves (tests check the bytes).
+
+Every file is written atomically (temp file + rename): an interrupted run leaves the previous
+map or none, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..errors import MVSError
+from .atomic import atomic_path, atomic_write_bytes
+
+
+def encode_colmap_array(array: np.ndarray) -> bytes:
+    """Bytes of a [H, W] or [H, W, C] array in COLMAP's planar .bin layout."""
+    a = np.asarray(array)
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3 or a.shape[0] < 1 or a.shape[1] < 1 or a.shape[2] < 1:
+        raise MVSError(f"COLMAP array must be [H, W] or [H, W, C] and non-empty, got shape {np.shape(array)}")
+    h, w, c = a.shape
+    planes = np.ascontiguousarray(np.moveaxis(a, 2, 0), dtype="<f4")        # [C, H, W]
+    return f"{w}&{h}&{c}&".encode("ascii") + planes.tobytes()
+
+
+def decode_colmap_array(data: bytes, where: str = "COLMAP array") -> np.ndarray:
+    """[H, W] (1 channel) or [H, W, C] float32 from the bytes of a COLMAP .bin array."""
+    parts = data.split(b"&", 3)
+    if len(parts) < 4:
+        raise MVSError(f"{where}: not a COLMAP array (header 'width&height&channels&' missing)")
+    try:
+        w, h, c = (int(p) for p in parts[:3])
+    except ValueError as exc:
+        raise MVSError(f"{where}: bad COLMAP array header {data[:40]!r}") from exc
+    if w < 1 or h < 1 or c < 1:
+        raise MVSError(f"{where}: header gives an empty array {w}x{h}x{c}")
+    body = parts[3]
+    if len(body) != 4 * w * h * c:
+        raise MVSError(f"{where}: header says {w}x{h}x{c} floats ({4 * w * h * c} bytes) but the file holds "
+                       f"{len(body)} bytes of data")
+    planes = np.frombuffer(body, dtype="<f4").reshape(c, h, w)
+    out = planes[0] if c == 1 else np.moveaxis(planes, 0, 2)
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def read_colmap_array(path: str | os.PathLike) -> np.ndarray:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MVSError(f"{path}: cannot read ({exc})") from exc
+    return decode_colmap_array(data, str(path))
+
+
+def write_depth_map(path: str | os.PathLike, depth: np.ndarray) -> None:
+    """Write a [H, W] z-depth map (metres, 0 = none) atomically."""
+    d = np.asarray(depth)
+    if d.ndim != 2:
+        raise MVSError(f"{path}: depth map must be [H, W], got shape {d.shape}")
+    atomic_write_bytes(path, encode_colmap_array(d))
+
+
+def write_normal_map(path: str | os.PathLike, normal: np.ndarray) -> None:
+    """Write a [H, W, 3] camera-frame normal map atomically (planar, as COLMAP does)."""
+    n = np.asarray(normal)
+    if n.ndim != 3 or n.shape[2] != 3:
+        raise MVSError(f"{path}: normal map must be [H, W, 3], got shape {n.shape}")
+    atomic_write_bytes(path, encode_colmap_array(n))
+
+
+def read_depth_map(path: str | os.PathLike) -> np.ndarray:
+    a = read_colmap_array(path)
+    if a.ndim != 2:
+        raise MVSError(f"{path}: expected a 1-channel depth map, found {a.shape[2]} channels")
+    return a
+
+
+def read_normal_map(path: str | os.PathLike) -> np.ndarray:
+    a = read_colmap_array(path)
+    if a.ndim != 3 or a.shape[2] != 3:
+        raise MVSError(f"{path}: expected a 3-channel normal map, found shape {a.shape}")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# PNG previews
+# ---------------------------------------------------------------------------------------------
+
+def _write_png(path: str | os.PathLike, bgr: np.ndarray) -> None:
+    with atomic_path(path, suffix=".png") as tmp:
+        if not cv2.imwrite(str(tmp), bgr):
+            raise MVSError(f"{path}: could not encode PNG")
+
+
+def depth_preview(depth: np.ndarray, depth_range: tuple[float, float] | None = None) -> np.ndarray:
+    """[H, W, 3] uint8 BGR: turbo colours from near to far, black where depth <= 0 or not finite.
+
+    Without `depth_range` the 2nd..98th percentile of the valid depths spans the colour map.
+    """
+    d = np.asarray(depth, dtype=np.float64)
+    valid = np.isfinite(d) & (d > 0)
+    out = np.zeros(d.shape + (3,), np.uint8)
+    if not valid.any():
+        return out
+    lo, hi = depth_range if depth_range is not None else np.percentile(d[valid], [2, 98])
+    scale = 255.0 / max(hi - lo, 1e-12)
+    v = np.clip((d - lo) * scale, 0, 255).astype(np.uint8)
+    col = cv2.applyColorMap(v, cv2.COLORMAP_TURBO)
+    out[valid] = col[valid]
+    return out
+
+
+def normal_preview(normal: np.ndarray) -> np.ndarray:
+    """[H, W, 3] uint8 BGR of the usual (n + 1) / 2 -> RGB coding; black where the normal is 0."""
+    n = np.asarray(normal, dtype=np.float64)
+    rgb = np.clip(np.rint((n + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    rgb[~np.isfinite(n).all(-1) | (np.abs(n).sum(-1) == 0)] = 0
+    return np.ascontiguousarray(rgb[..., ::-1])
+
+
+def cost_preview(cost: np.ndarray, cost_max: float = 2.0) -> np.ndarray:
+    """[H, W, 3] uint8 BGR: 0 (perfect match) dark to cost_max bright (inferno)."""
+    c = np.nan_to_num(np.asarray(cost, dtype=np.float64), nan=cost_max)
+    v = np.clip(c / cost_max * 255.0, 0, 255).astype(np.uint8)
+    return cv2.applyColorMap(v, cv2.COLORMAP_INFERNO)
+
+
+def write_previews(stem: str | os.PathLike, depth: np.ndarray | None = None, normal: np.ndarray | None = None,
+                   cost: np.ndarray | None = None, depth_range: tuple[float, float] | None = None) -> list[Path]:
+    """Write `<stem>.depth.png`, `<stem>.normal.png`, `<stem>.cost.png` for the maps given."""
+    stem = Path(stem)
+    written = []
+    for kind, arr, fn in (("depth", depth, lambda a: depth_preview(a, depth_range)),
+                          ("normal", normal, normal_preview), ("cost", cost, cost_preview)):
+        if arr is None:
+            continue
+        path = stem.with_name(f"{stem.name}.{kind}.png")
+        _write_png(path, fn(arr))
+        written.append(path)
+    return written

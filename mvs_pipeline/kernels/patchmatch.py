@@ -1,0 +1,236 @@
+"""Launchers for cuda/patchmatch.cu: typed wrappers, texture objects and device state.
+
+CPU twin: mvs_pipeline/cpu/patchmatch.py (same stage functions, same RNG). Every launcher
+checks dtype, shape, contiguity and device of its arrays and casts scalars, naming the argument.
+
+Source images live in one 2D CUDA texture object each (float32, hardware bilinear filtering,
+clamp addressing, unnormalised coordinates): sources may differ in size, which rules out one
+layered texture. CUDA arrays are allocated outside CuPy's memory pool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
+from .loader import get_kernel, import_cupy
+
+CU = "patchmatch.cu"
+BLOCK_X = 16          # threads per block in x (covering 2 * BLOCK_X pixels of one colour)
+BLOCK_Y = 8           # default PM_BLOCK_Y; see the register note in patchmatch.cu
+LINEAR_BLOCK = 128    # debug kernels over N items
+NUM_CANDIDATES = 8
+
+
+def views_capacity(num_sources: int) -> int:
+    """Smallest compiled per-thread view capacity (8, 16, 32) that holds num_sources."""
+    for cap in (8, 16, 32):
+        if num_sources <= cap:
+            return cap
+    raise ValueError(f"num_sources = {num_sources} exceeds {MAX_SOURCE_VIEWS}")
+
+
+def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y) -> tuple[str, ...]:
+    return (*window_compile_options(radius, step), f"-DPM_MAX_VIEWS={views_capacity(num_sources)}",
+            f"-DPM_BLOCK_Y={int(block_y)}")
+
+
+def kernel(name: str, options: tuple[str, ...]):
+    return get_kernel(CU, name, options)
+
+
+def _check(cp, name: str, a, dtype, shape: tuple) -> None:
+    if not isinstance(a, cp.ndarray):
+        raise TypeError(f"{name}: expected a cupy array on the GPU, got {type(a).__name__}")
+    if a.dtype != dtype:
+        raise TypeError(f"{name}: dtype {a.dtype}, expected {np.dtype(dtype)}")
+    if len(a.shape) != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
+        raise ValueError(f"{name}: shape {a.shape}, expected {shape} (None = any)")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name}: must be C-contiguous")
+    if a.device.id != cp.cuda.Device().id:
+        raise ValueError(f"{name}: lives on GPU {a.device.id}, current device is {cp.cuda.Device().id}")
+
+
+class SourceTextures:
+    """One float32 2D texture per source image; keeps the CUDA arrays alive while in use."""
+
+    def __init__(self, images: list[np.ndarray]):
+        cp = import_cupy()
+        tex = cp.cuda.texture
+        rt = cp.cuda.runtime
+        self.arrays, self.objects = [], []
+        sizes = []
+        for i, img in enumerate(images):
+            if img.dtype != np.float32 or img.ndim != 2:
+                raise TypeError(f"images[{i}]: expected [H, W] float32, got {img.dtype} {img.shape}")
+            h, w = img.shape
+            desc = tex.ChannelFormatDescriptor(32, 0, 0, 0, rt.cudaChannelFormatKindFloat)
+            arr = tex.CUDAarray(desc, w, h)
+            arr.copy_from(np.ascontiguousarray(img))
+            res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
+            tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
+                                          filterMode=rt.cudaFilterModeLinear, readMode=rt.cudaReadModeElementType,
+                                          normalizedCoords=0)
+            self.arrays.append(arr)
+            self.objects.append(tex.TextureObject(res, tdesc))
+            sizes.append((w, h))
+        self.handles = cp.asarray(np.array([o.ptr for o in self.objects], dtype=np.uint64))   # [S]
+        self.sizes = cp.asarray(np.array(sizes, dtype=np.int32))                             # [S, 2] (w, h)
+
+    def release(self) -> None:
+        self.objects.clear()
+        self.arrays.clear()
+
+
+class DeviceProblem:
+    """A validated PatchMatchProblem on the GPU: reference image, source textures, matrices."""
+
+    def __init__(self, problem, K_inv: np.ndarray, M: np.ndarray, e: np.ndarray):
+        cp = import_cupy()
+        self.height, self.width = problem.shape
+        self.num_sources = problem.num_sources
+        self.ref = cp.asarray(problem.ref_image, dtype=cp.float32)                          # [H, W]
+        self.textures = SourceTextures(problem.src_images)
+        self.K_inv = cp.asarray(np.asarray(K_inv, np.float32).reshape(9))                   # [9]
+        self.M = cp.asarray(np.asarray(M, np.float32).reshape(self.num_sources, 9))         # [S, 9]
+        self.e = cp.asarray(np.asarray(e, np.float32).reshape(self.num_sources, 3))         # [S, 3]
+
+    def source_args(self) -> tuple:
+        """(ref, W, H, tex, size, M, e, K_inv, S): the leading arguments of every solver kernel."""
+        return (self.ref, np.int32(self.width), np.int32(self.height), self.textures.handles, self.textures.sizes,
+                self.M, self.e, self.K_inv, np.int32(self.num_sources))
+
+    def release(self) -> None:
+        self.textures.release()
+
+
+def device_params(fparams: np.ndarray, iparams: np.ndarray):
+    """Packed parameters (CPU twin's F_* / I_* order) as float32 / int32 device arrays."""
+    cp = import_cupy()
+    if fparams.shape != (11,) or iparams.shape != (10,):
+        raise ValueError(f"fparams / iparams: shapes {fparams.shape} / {iparams.shape}, expected (11,) / (10,)")
+    i32 = iparams.astype(np.int64)
+    i32[8] = ((i32[8] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000   # seed: same 32 bits, read as uint32
+    return cp.asarray(fparams.astype(np.float32)), cp.asarray(i32.astype(np.int32))
+
+
+def _solver_grid(width: int, height: int, block_y: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    gx = (width + 2 * BLOCK_X - 1) // (2 * BLOCK_X)
+    gy = (height + block_y - 1) // block_y
+    return (gx, gy), (BLOCK_X, block_y)
+
+
+def launch_init(dev: DeviceProblem, options, fparams, iparams, init_depth, init_normal, plane, cost, selected):
+    """pm_init: random (or prior where init_depth > 0) hypotheses, initial cost and views."""
+    cp = import_cupy()
+    H, W = dev.height, dev.width
+    _check(cp, "plane", plane, np.float32, (H, W, 4))
+    _check(cp, "cost", cost, np.float32, (H, W))
+    _check(cp, "selected", selected, np.uint32, (H, W))
+    _check(cp, "fparams", fparams, np.float32, (11,))
+    _check(cp, "iparams", iparams, np.int32, (10,))
+    has_prior = init_depth is not None
+    if has_prior:
+        _check(cp, "init_depth", init_depth, np.float32, (H, W))
+        _check(cp, "init_normal", init_normal, np.float32, (H, W, 3))
+    else:
+        init_depth = cp.zeros(1, cp.float32)
+        init_normal = cp.zeros(3, cp.float32)
+    grid = ((W + 15) // 16, (H + 15) // 16)
+    kernel("pm_init", options)(grid, (16, 16), (*dev.source_args(), fparams, iparams, init_depth, init_normal,
+                                                np.int32(has_prior), plane, cost, selected))
+
+
+def launch_propagate(dev: DeviceProblem, options, block_y, fparams, iparams, color: int, pass_id: int,
+                     plane, cost, selected, weights):
+    """pm_propagate on one colour: adaptive checkerboard + joint view selection."""
+    cp = import_cupy()
+    H, W, S = dev.height, dev.width, dev.num_sources
+    _check(cp, "plane", plane, np.float32, (H, W, 4))
+    _check(cp, "cost", cost, np.float32, (H, W))
+    _check(cp, "selected", selected, np.uint32, (H, W))
+    _check(cp, "weights", weights, np.uint8, (S, H, W))
+    if color not in (0, 1):
+        raise ValueError(f"color: {color}, expected 0 or 1")
+    grid, block = _solver_grid(W, H, block_y)
+    kernel("pm_propagate", options)(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color),
+                                                  np.int32(pass_id), plane, cost, selected, weights))
+
+
+def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color: int, pass_id: int,
+                  plane, cost, weights):
+    """pm_refine on one colour: random/perturbed hypotheses scored with the stored view weights."""
+    cp = import_cupy()
+    H, W, S = dev.height, dev.width, dev.num_sources
+    _check(cp, "plane", plane, np.float32, (H, W, 4))
+    _check(cp, "cost", cost, np.float32, (H, W))
+    _check(cp, "weights", weights, np.uint8, (S, H, W))
+    if color not in (0, 1):
+        raise ValueError(f"color: {color}, expected 0 or 1")
+    grid, block = _solver_grid(W, H, block_y)
+    kernel("pm_refine", options)(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color),
+                                               np.int32(pass_id), plane, cost, weights))
+
+
+# ---------------------------------------------------------------------------------------------
+# Debug kernels (tests compare them with the CPU twin's debug_* functions)
+# ---------------------------------------------------------------------------------------------
+
+def debug_view_costs(dev: DeviceProblem, options, fparams, iparams, pixels, planes):
+    """[N, S] float32 per-source costs of planes [N, 4] at pixels [N, 2] int32 (x, y)."""
+    cp = import_cupy()
+    _check(cp, "pixels", pixels, np.int32, (None, 2))
+    n = pixels.shape[0]
+    _check(cp, "planes", planes, np.float32, (n, 4))
+    out = cp.full((n, dev.num_sources), cp.nan, dtype=cp.float32)     # poisoned
+    if n:
+        grid = ((n + LINEAR_BLOCK - 1) // LINEAR_BLOCK,)
+        kernel("pm_debug_view_costs", options)(grid, (LINEAR_BLOCK,), (*dev.source_args(), fparams, iparams,
+                                                                       pixels, planes, np.int32(n), out))
+    return out
+
+
+def debug_candidates(options, cost, color: int):
+    """[H, W, 8] int32 candidate pixel indices (-1 missing, -2 other colour) for a cost map."""
+    cp = import_cupy()
+    _check(cp, "cost", cost, np.float32, (None, None))
+    H, W = cost.shape
+    out = cp.full((H, W, NUM_CANDIDATES), 0x7FFFFFFF, dtype=cp.int32)   # poisoned
+    grid = ((W + 15) // 16, (H + 15) // 16)
+    kernel("pm_debug_candidates", options)(grid, (16, 16), (cost, np.int32(W), np.int32(H), np.int32(color), out))
+    return out
+
+
+def debug_select_views(options, fparams, iparams, cost_matrices, flags, priors, pixels, pass_id: int):
+    """(weights [N, S] uint8, masks [N] uint32) from select_views on N independent inputs."""
+    cp = import_cupy()
+    _check(cp, "cost_matrices", cost_matrices, np.float32, (None, NUM_CANDIDATES, None))
+    n, _, S = cost_matrices.shape
+    _check(cp, "flags", flags, np.uint8, (n, NUM_CANDIDATES))
+    _check(cp, "priors", priors, np.float32, (n, S))
+    _check(cp, "pixels", pixels, np.int32, (n,))
+    weights = cp.full((n, S), 0xFF, dtype=cp.uint8)                      # poisoned
+    masks = cp.full((n,), 0xFFFFFFFF, dtype=cp.uint32)
+    if n:
+        grid = ((n + LINEAR_BLOCK - 1) // LINEAR_BLOCK,)
+        kernel("pm_debug_select_views", options)(grid, (LINEAR_BLOCK,), (
+            cost_matrices, flags, priors, pixels, np.int32(n), np.int32(S), fparams, iparams, np.int32(pass_id),
+            weights, masks))
+    return weights, masks
+
+
+def debug_rng(options, seed: int, pixels, passes, draws):
+    """(u32 [N], uniform [N]) of the device RNG for uint32 arrays pixels / passes / draws."""
+    cp = import_cupy()
+    _check(cp, "pixels", pixels, np.uint32, (None,))
+    n = pixels.shape[0]
+    _check(cp, "passes", passes, np.uint32, (n,))
+    _check(cp, "draws", draws, np.uint32, (n,))
+    out_u = cp.zeros(n, dtype=cp.uint32)
+    out_f = cp.full(n, cp.nan, dtype=cp.float32)
+    if n:
+        grid = ((n + LINEAR_BLOCK - 1) // LINEAR_BLOCK,)
+        kernel("pm_debug_rng", options)(grid, (LINEAR_BLOCK,), (np.uint32(seed & 0xFFFFFFFF), pixels, passes, draws,
+                                                                np.int32(n), out_u, out_f))
+    return out_u, out_f

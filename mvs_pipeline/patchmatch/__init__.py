@@ -1,0 +1,41 @@
+"""Single-scale photometric PatchMatch (ACMH): public, array-level API.
+
+    result = run_patchmatch(problem, PatchMatchParams(), backend="auto", seed=0)
+
+`problem` is a PatchMatchProblem (reference + sources + relative poses + depth range); the
+result holds depth, normal, cost and the selected-view bitmask per pixel. Both backends run
+the same algorithm and the same counter-based random draws (see cpu/patchmatch.py for the
+function-by-function description, cuda/patchmatch.cu for the kernels).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .params import PatchMatchParams
+from .problem import PatchMatchProblem, PatchMatchResult, validate_problem
+from .window import MAX_SOURCE_VIEWS, SUPPORTED_WINDOW_RADII, check_window
+
+log = logging.getLogger(__name__)
+
+
+def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
+                   backend: str = "auto", seed: int = 0) -> PatchMatchResult:
+    """Validate `problem` and `params`, then run PatchMatch on the resolved backend."""
+    from ..backend import resolve_backend  # noqa: PLC0415 (keeps config loading light)
+
+    params = params or PatchMatchParams()
+    params.validate()
+    clean = validate_problem(problem)
+    which = resolve_backend(backend)
+    if which == "cuda":
+        from .cuda_solver import solve_cuda  # noqa: PLC0415
+
+        return solve_cuda(clean, params, seed)
+    from .cpu_solver import solve_cpu  # noqa: PLC0415
+
+    return solve_cpu(clean, params, seed)
+
+
+__all__ = ["PatchMatchParams", "PatchMatchProblem", "PatchMatchResult", "run_patchmatch", "validate_problem",
+           "check_window", "SUPPORTED_WINDOW_RADII", "MAX_SOURCE_VIEWS"]

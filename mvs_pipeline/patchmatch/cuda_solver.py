@@ -1,0 +1,94 @@
+"""The PatchMatch loop on the GPU (CuPy): the same sequence of passes as cpu_solver.
+
+Out-of-memory anywhere (CuPy pool or CUDA arrays for the textures) becomes an MVSError that
+suggests lowering `max_image_size`; nothing is written to disk here, so maps already written
+by the caller stay as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import patchmatch as cpu
+from ..errors import MVSError
+from ..kernels import patchmatch as kpm
+from ..kernels.loader import import_cupy
+from .packing import pack_params
+from .params import PatchMatchParams
+from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
+
+
+def _is_oom(cp, exc: BaseException) -> bool:
+    if isinstance(exc, cp.cuda.memory.OutOfMemoryError):
+        return True
+    if isinstance(exc, cp.cuda.runtime.CUDARuntimeError):
+        return "memory" in str(exc).lower()
+    return False
+
+
+def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
+               block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None
+               ) -> PatchMatchResult:
+    """Run PatchMatch on a validated problem on the current GPU.
+
+    `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>');
+    `memory` receives the device's used bytes (total - free, all processes) after the first
+    pass, while every buffer and texture is allocated (key 'used_bytes').
+    """
+    cp = import_cupy()
+    H, W = problem.shape
+    S = problem.num_sources
+    options = kpm.compile_options(params.window_radius, params.window_step, S, block_y)
+    dev = None
+    try:
+        K_inv, M, e = source_matrices(problem)
+        dev = kpm.DeviceProblem(problem, K_inv, M, e)
+        plane = cp.full((H, W, 4), cp.nan, dtype=cp.float32)       # poisoned: init must write all
+        cost = cp.full((H, W), cp.nan, dtype=cp.float32)
+        selected = cp.zeros((H, W), dtype=cp.uint32)
+        weights = cp.zeros((S, H, W), dtype=cp.uint8)
+        init_depth = init_normal = None
+        if problem.init_depth is not None:
+            init_depth = cp.asarray(problem.init_depth)
+            init_normal = cp.asarray(problem.init_normal)
+        events = []
+
+        def mark(name):
+            if timings is not None:
+                ev = cp.cuda.Event()
+                ev.record()
+                events.append((name, ev))
+
+        mark("start")
+        f, i = kpm.device_params(*pack_params(params, problem, 0, seed))
+        kpm.launch_init(dev, options, f, i, init_depth, init_normal, plane, cost, selected)
+        mark("init")
+        if memory is not None:
+            cp.cuda.Device().synchronize()
+            free, total = cp.cuda.runtime.memGetInfo()
+            memory["used_bytes"] = total - free
+        for it in range(params.iterations):
+            f, i = kpm.device_params(*pack_params(params, problem, it, seed))
+            for color in (0, 1):
+                kpm.launch_propagate(dev, options, block_y, f, i, color, cpu.propagate_pass(it, color),
+                                     plane, cost, selected, weights)
+                kpm.launch_refine(dev, options, block_y, f, i, color, cpu.refine_pass(it, color),
+                                  plane, cost, weights)
+            mark(f"iteration_{it}")
+        plane_h = cp.asnumpy(plane)
+        result = PatchMatchResult(depth=np.ascontiguousarray(plane_h[..., 3]),
+                                  normal=np.ascontiguousarray(plane_h[..., :3]),
+                                  cost=cp.asnumpy(cost), selected_views=cp.asnumpy(selected))
+        if timings is not None:
+            events[-1][1].synchronize()
+            for (_, a), (name, b) in zip(events[:-1], events[1:]):
+                timings[name] = cp.cuda.get_elapsed_time(a, b)
+        return result
+    except Exception as exc:
+        if _is_oom(cp, exc):
+            raise MVSError(f"{problem.name}: GPU out of memory for PatchMatch at {W}x{H} with {S} sources "
+                           f"({exc}); lower max_image_size (or views.num_neighbors)") from exc
+        raise
+    finally:
+        if dev is not None:
+            dev.release()

@@ -1,0 +1,54 @@
+"""Turn (problem, params, iteration, seed) into the flat arrays both backends take.
+
+The order of `fparams` / `iparams` is fixed by the F_* / I_* constants of the CPU twin and
+mirrored by `PMParams` in cuda/patchmatch_common.cuh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu import patchmatch as cpu
+from .params import PatchMatchParams
+from .problem import PatchMatchProblem
+
+
+def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration: int, seed: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    f = np.zeros(11, dtype=np.float64)
+    f[cpu.F_SIGMA_SPATIAL] = params.sigma_spatial
+    f[cpu.F_SIGMA_COLOR] = params.sigma_color
+    f[cpu.F_DEPTH_MIN] = problem.depth_min
+    f[cpu.F_DEPTH_MAX] = problem.depth_max
+    f[cpu.F_GOOD_TAU] = params.good_threshold_at(iteration)
+    f[cpu.F_BAD] = params.bad_threshold
+    f[cpu.F_GOOD_SIGMA] = params.good_cost_sigma
+    f[cpu.F_FALLBACK_SIGMA] = params.fallback_sigma
+    f[cpu.F_PRIOR_SEL] = params.prior_selected
+    f[cpu.F_PRIOR_UNSEL] = params.prior_unselected
+    f[cpu.F_PERTURB] = params.perturbation_at(iteration)
+    i = np.zeros(10, dtype=np.int64)
+    i[cpu.I_RADIUS] = params.window_radius
+    i[cpu.I_STEP] = params.window_step
+    i[cpu.I_TOP_K] = params.init_top_k
+    i[cpu.I_MIN_GOOD] = params.min_good_count
+    i[cpu.I_MAX_BAD] = params.max_bad_count
+    i[cpu.I_SAMPLES] = params.view_samples
+    i[cpu.I_NUM_REFINE] = params.num_refine
+    i[cpu.I_INV_DEPTH] = int(params.init_inverse_depth)
+    i[cpu.I_SEED] = int(seed) & 0xFFFFFFFF
+    i[cpu.I_ITER] = iteration
+    return f, i
+
+
+def padded_sources(problem: PatchMatchProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Sources stacked into [S, Hmax, Wmax] float32 (zero padding) and their sizes [S, 2] (w, h)."""
+    S = problem.num_sources
+    hmax = max(s.shape[0] for s in problem.src_images)
+    wmax = max(s.shape[1] for s in problem.src_images)
+    stack = np.zeros((S, hmax, wmax), dtype=np.float32)
+    sizes = np.zeros((S, 2), dtype=np.int64)
+    for k, img in enumerate(problem.src_images):
+        stack[k, :img.shape[0], :img.shape[1]] = img
+        sizes[k] = (img.shape[1], img.shape[0])
+    return stack, sizes

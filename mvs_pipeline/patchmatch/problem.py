@@ -1,0 +1,192 @@
+"""What one PatchMatch run takes and returns, and the checks made before any work starts.
+
+A `PatchMatchProblem` is array-level (no files): the reference grey image, its source images,
+intrinsics and the relative poses x_src = R x_ref + t. Every check names the array and, for a
+source, its index, so the caller can map it back to an image name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import MVSError
+from .window import MAX_SOURCE_VIEWS
+
+
+@dataclass
+class PatchMatchProblem:
+    ref_image: np.ndarray           # [H, W] float32 grey, 0..255
+    src_images: list[np.ndarray]    # S x [Hs, Ws] float32 grey (sizes may differ per source)
+    K_ref: np.ndarray               # [3, 3]
+    K_src: np.ndarray               # [S, 3, 3]
+    R_src_from_ref: np.ndarray      # [S, 3, 3]  x_src = R x_ref + t
+    t_src_from_ref: np.ndarray      # [S, 3]
+    depth_min: float
+    depth_max: float
+    # Optional initial hypotheses (e.g. upsampled from a coarser scale): pixels with depth > 0
+    # start from (init_depth, init_normal) instead of a random plane.
+    init_depth: np.ndarray | None = None    # [H, W] float32, 0 = no prior
+    init_normal: np.ndarray | None = None   # [H, W, 3] float32, camera frame, facing the camera
+    # Optional camera sizes (width, height) as the sparse model states them; when given, the
+    # images must have exactly these sizes.
+    ref_camera_size: tuple[int, int] | None = None
+    src_camera_sizes: list[tuple[int, int]] | None = None
+    name: str = "reference"         # used in error messages (e.g. the image name)
+
+    @property
+    def num_sources(self) -> int:
+        return len(self.src_images)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.ref_image.shape[:2])  # type: ignore[return-value]
+
+
+@dataclass
+class PatchMatchResult:
+    depth: np.ndarray            # [H, W] float32 z-depth, metres
+    normal: np.ndarray           # [H, W, 3] float32 unit, camera frame, facing the camera
+    cost: np.ndarray             # [H, W] float32 aggregated 1-NCC, 0..2
+    selected_views: np.ndarray   # [H, W] uint32, bit s = source s was used for the pixel
+
+
+def _check_image(img, what: str) -> np.ndarray:
+    img = np.asarray(img)
+    if img.ndim != 2:
+        raise MVSError(f"{what}: expected a [H, W] grey image, got shape {img.shape}")
+    if img.shape[0] < 1 or img.shape[1] < 1:
+        raise MVSError(f"{what}: empty image of shape {img.shape}")
+    if not np.issubdtype(img.dtype, np.number):
+        raise MVSError(f"{what}: expected numbers, got dtype {img.dtype}")
+    img = np.ascontiguousarray(img, dtype=np.float32)
+    if not np.isfinite(img).all():
+        raise MVSError(f"{what}: contains NaN or infinite values")
+    return img
+
+
+def _check_K(K, what: str) -> np.ndarray:
+    K = np.asarray(K, dtype=np.float64)
+    if K.shape != (3, 3):
+        raise MVSError(f"{what}: expected [3, 3], got {K.shape}")
+    if not np.isfinite(K).all() or K[0, 0] <= 0 or K[1, 1] <= 0 or K[2, 2] != 1 or K[1, 0] or K[2, 0] or K[2, 1]:
+        raise MVSError(f"{what}: not a pinhole calibration matrix [[fx, s, cx], [0, fy, cy], [0, 0, 1]]: {K.tolist()}")
+    return K
+
+
+def _overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_max, grid=9, depths=5) -> float:
+    """Fraction of reference rays (grid x grid, at `depths` depths in range) landing in the source."""
+    w, h = size_ref
+    xs = (np.arange(grid) + 0.5) / grid * w
+    ys = (np.arange(grid) + 0.5) / grid * h
+    px = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)                        # [G, 2]
+    rays = np.linalg.solve(K_ref, np.c_[px, np.ones(len(px))].T).T               # [G, 3] z = 1
+    ds = np.geomspace(depth_min, depth_max, depths)
+    X = (rays[None] * ds[:, None, None]).reshape(-1, 3)                          # [D*G, 3]
+    Xs = X @ R.T + t
+    z = Xs[:, 2]
+    proj = Xs @ K_src.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u, v = proj[:, 0] / proj[:, 2], proj[:, 1] / proj[:, 2]
+    ws, hs = size_src
+    inside = (z > 0) & (u >= 0) & (u <= ws) & (v >= 0) & (v <= hs)
+    return float(inside.mean())
+
+
+def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
+    """Check shapes, types, poses, depth range and overlap; return a copy with clean arrays.
+
+    Raises MVSError naming the offending array / source index.
+    """
+    name = problem.name
+    ref = _check_image(problem.ref_image, f"{name}: ref_image")
+    H, W = ref.shape
+    S = len(problem.src_images)
+    if S < 1:
+        raise MVSError(f"{name}: no source images")
+    if S > MAX_SOURCE_VIEWS:
+        raise MVSError(f"{name}: {S} source images, at most {MAX_SOURCE_VIEWS} are supported "
+                       f"(selected_views is a 32-bit mask; lower views.num_neighbors)")
+    srcs = [_check_image(s, f"{name}: src_images[{i}]") for i, s in enumerate(problem.src_images)]
+    K_ref = _check_K(problem.K_ref, f"{name}: K_ref")
+    K_src = np.asarray(problem.K_src, dtype=np.float64)
+    if K_src.shape != (S, 3, 3):
+        raise MVSError(f"{name}: K_src has shape {K_src.shape}, expected ({S}, 3, 3) for {S} sources")
+    for i in range(S):
+        _check_K(K_src[i], f"{name}: K_src[{i}]")
+    R = np.asarray(problem.R_src_from_ref, dtype=np.float64)
+    t = np.asarray(problem.t_src_from_ref, dtype=np.float64)
+    if R.shape != (S, 3, 3):
+        raise MVSError(f"{name}: R_src_from_ref has shape {R.shape}, expected ({S}, 3, 3)")
+    if t.shape != (S, 3):
+        raise MVSError(f"{name}: t_src_from_ref has shape {t.shape}, expected ({S}, 3)")
+    for i in range(S):
+        if not np.isfinite(R[i]).all() or not np.allclose(R[i] @ R[i].T, np.eye(3), atol=1e-4) \
+                or np.linalg.det(R[i]) < 0:
+            raise MVSError(f"{name}: R_src_from_ref[{i}] is not a rotation matrix")
+        if not np.isfinite(t[i]).all():
+            raise MVSError(f"{name}: t_src_from_ref[{i}] is not finite")
+        if np.linalg.norm(t[i]) == 0:
+            raise MVSError(f"{name}: source {i} has the same centre as the reference (zero baseline)")
+
+    dmin, dmax = float(problem.depth_min), float(problem.depth_max)
+    if not (np.isfinite(dmin) and np.isfinite(dmax)) or dmin <= 0 or dmax <= dmin:
+        raise MVSError(f"{name}: depth range [{dmin}, {dmax}] is empty, inverted or not positive "
+                       f"(need 0 < depth_min < depth_max)")
+
+    # Camera sizes: an image of another size than its camera means the intrinsics do not fit it.
+    if problem.ref_camera_size is not None and tuple(problem.ref_camera_size) != (W, H):
+        raise MVSError(f"{name}: ref_image is {W}x{H} but its camera is "
+                       f"{problem.ref_camera_size[0]}x{problem.ref_camera_size[1]}")
+    if problem.src_camera_sizes is not None:
+        if len(problem.src_camera_sizes) != S:
+            raise MVSError(f"{name}: src_camera_sizes has {len(problem.src_camera_sizes)} entries for {S} sources")
+        for i, (size, img) in enumerate(zip(problem.src_camera_sizes, srcs)):
+            if tuple(size) != (img.shape[1], img.shape[0]):
+                raise MVSError(f"{name}: src_images[{i}] is {img.shape[1]}x{img.shape[0]} but its camera is "
+                               f"{size[0]}x{size[1]}")
+    # Without camera sizes, a principal point far outside the image still betrays a mismatch.
+    for what, K, (h, w) in [("ref_image", K_ref, ref.shape)] + [
+            (f"src_images[{i}]", K_src[i], s.shape) for i, s in enumerate(srcs)]:
+        if not (0 <= K[0, 2] <= w and 0 <= K[1, 2] <= h):
+            raise MVSError(f"{name}: {what} is {w}x{h} but its principal point ({K[0, 2]:.1f}, {K[1, 2]:.1f}) "
+                           f"lies outside it: image and camera sizes do not match")
+
+    for i in range(S):
+        frac = _overlap_fraction(K_ref, (W, H), K_src[i], (srcs[i].shape[1], srcs[i].shape[0]),
+                                 R[i], t[i], dmin, dmax)
+        if frac == 0.0:
+            raise MVSError(f"{name}: source {i} does not overlap the reference view anywhere in the depth "
+                           f"range [{dmin:g}, {dmax:g}]")
+
+    init_depth = init_normal = None
+    if (problem.init_depth is None) != (problem.init_normal is None):
+        raise MVSError(f"{name}: init_depth and init_normal must be given together")
+    if problem.init_depth is not None:
+        init_depth = np.ascontiguousarray(problem.init_depth, dtype=np.float32)
+        init_normal = np.ascontiguousarray(problem.init_normal, dtype=np.float32)
+        if init_depth.shape != (H, W):
+            raise MVSError(f"{name}: init_depth has shape {init_depth.shape}, expected {(H, W)}")
+        if init_normal.shape != (H, W, 3):
+            raise MVSError(f"{name}: init_normal has shape {init_normal.shape}, expected {(H, W, 3)}")
+        if not (np.isfinite(init_depth).all() and np.isfinite(init_normal).all()):
+            raise MVSError(f"{name}: init_depth / init_normal contain NaN or infinite values")
+
+    return PatchMatchProblem(
+        ref_image=ref, src_images=srcs, K_ref=K_ref, K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
+        depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal,
+        ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
+
+
+def source_matrices(problem: PatchMatchProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-source factors of the plane-induced homography H = K_src (R - t n^T / d) K_ref^-1.
+
+    Returns K_ref^-1 [3, 3], M = K_src R K_ref^-1 [S, 3, 3] and e = K_src t [S, 3] (float64),
+    so that for a plane with unit normal n and distance d (n.X + d = 0, d > 0 for a plane facing
+    the camera) H = M - e (K_ref^-T n / d)^T: nine multiply-adds per (hypothesis, source).
+    """
+    K_inv = np.linalg.inv(problem.K_ref)
+    M = np.einsum("sij,sjk,kl->sil", problem.K_src, problem.R_src_from_ref, K_inv)
+    e = np.einsum("sij,sj->si", problem.K_src, problem.t_src_from_ref)
+    return K_inv, M, e

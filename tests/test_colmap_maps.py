@@ -1,0 +1,131 @@
+"""COLMAP .bin depth/normal maps: byte layout against hand-built bytes and pycolmap, atomicity,
+previews, bad files."""
+
+from __future__ import annotations
+
+import struct
+
+import cv2
+import numpy as np
+import pytest
+
+from mvs_pipeline.errors import MVSError
+from mvs_pipeline.io import colmap_maps as cm
+
+
+def _hand_bytes(w, h, c, value_at):
+    """Header + float32 LE values in COLMAP's order: channel plane, then row, then column."""
+    out = f"{w}&{h}&{c}&".encode()
+    for k in range(c):
+        for r in range(h):
+            for col in range(w):
+                out += struct.pack("<f", value_at(r, col, k))
+    return out
+
+
+def test_depth_map_bytes_match_hand_built(tmp_path):
+    h, w = 3, 4
+    depth = (np.arange(h * w, dtype=np.float32).reshape(h, w) + 1) * 0.5
+    path = tmp_path / "a.geometric.bin"
+    cm.write_depth_map(path, depth)
+    assert path.read_bytes() == _hand_bytes(w, h, 1, lambda r, c, k: float(depth[r, c]))
+    np.testing.assert_array_equal(cm.read_depth_map(path), depth)
+
+
+def test_normal_map_is_planar_byte_for_byte(tmp_path):
+    h, w = 2, 3
+    rng = np.random.default_rng(0)
+    normal = rng.normal(size=(h, w, 3)).astype(np.float32)
+    path = tmp_path / "a.normal.bin"
+    cm.write_normal_map(path, normal)
+    data = path.read_bytes()
+    assert data == _hand_bytes(w, h, 3, lambda r, c, k: float(normal[r, c, k]))
+    # the first plane is all x components: not interleaved
+    header = b"3&2&3&"
+    first = np.frombuffer(data[len(header):len(header) + 4 * w * h], "<f4")
+    np.testing.assert_array_equal(first, normal[..., 0].ravel())
+    np.testing.assert_array_equal(cm.read_normal_map(path), normal)
+
+
+def test_depth_map_matches_pycolmap_both_ways(tmp_path):
+    pycolmap = pytest.importorskip("pycolmap")
+    if not hasattr(pycolmap, "DepthMap"):
+        pytest.skip("this pycolmap has no DepthMap")
+    rng = np.random.default_rng(1)
+    depth = rng.uniform(0.5, 9.0, (5, 7)).astype(np.float32)
+    ours = tmp_path / "ours.bin"
+    cm.write_depth_map(ours, depth)
+    dm = pycolmap.DepthMap.from_array(depth, 0.0, 10.0)     # (array, depth_min, depth_max) in pycolmap 4.x
+    theirs = tmp_path / "theirs.bin"
+    dm.write(str(theirs))
+    assert ours.read_bytes() == theirs.read_bytes()
+    back = pycolmap.DepthMap()
+    back.read(str(ours))
+    np.testing.assert_array_equal(np.asarray(back.to_array()), depth)
+
+
+def test_pycolmap_normal_map_is_interleaved_not_colmap_layout(tmp_path):
+    """Documents why we write normal maps ourselves: pycolmap's from_array interleaves."""
+    pycolmap = pytest.importorskip("pycolmap")
+    if not hasattr(pycolmap, "NormalMap"):
+        pytest.skip("this pycolmap has no NormalMap")
+    normal = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)
+    theirs = tmp_path / "theirs.bin"
+    pycolmap.NormalMap.from_array(normal).write(str(theirs))
+    ours = tmp_path / "ours.bin"
+    cm.write_normal_map(ours, normal)
+    assert theirs.read_bytes() != ours.read_bytes()
+    assert theirs.read_bytes()[len(b"3&2&3&"):] == normal.astype("<f4").tobytes()    # H x W x 3 order
+
+
+def test_write_is_atomic_and_failed_write_keeps_old_map(tmp_path, monkeypatch):
+    path = tmp_path / "x.bin"
+    old = np.ones((4, 4), np.float32)
+    cm.write_depth_map(path, old)
+    before = path.read_bytes()
+
+    def boom(*_a, **_k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(cm, "encode_colmap_array", lambda a: b"4&4&1&" + b"\0" * 10 + boom())
+    with pytest.raises(RuntimeError):
+        cm.write_depth_map(path, np.zeros((4, 4), np.float32))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["x.bin"]     # no temp file left behind
+
+
+@pytest.mark.parametrize("data,match", [
+    (b"garbage", "header"), (b"2&2&1&" + b"\0" * 12, "holds 12 bytes"), (b"a&2&1&", "bad COLMAP array header"),
+    (b"0&2&1&", "empty"),
+])
+def test_bad_files(tmp_path, data, match):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(data)
+    with pytest.raises(MVSError, match=match):
+        cm.read_colmap_array(path)
+
+
+def test_wrong_channel_count_and_shape(tmp_path):
+    path = tmp_path / "n.bin"
+    cm.write_normal_map(path, np.zeros((2, 2, 3), np.float32))
+    with pytest.raises(MVSError, match="1-channel"):
+        cm.read_depth_map(path)
+    with pytest.raises(MVSError, match=r"\[H, W, 3\]"):
+        cm.write_normal_map(path, np.zeros((2, 2), np.float32))
+
+
+def test_previews(tmp_path):
+    h, w = 20, 30
+    depth = np.tile(np.linspace(1, 5, w, dtype=np.float32), (h, 1))
+    depth[0, 0] = 0
+    normal = np.zeros((h, w, 3), np.float32)
+    normal[..., 2] = -1
+    cost = np.tile(np.linspace(0, 2, w, dtype=np.float32), (h, 1))
+    paths = cm.write_previews(tmp_path / "img", depth=depth, normal=normal, cost=cost)
+    assert [p.name for p in paths] == ["img.depth.png", "img.normal.png", "img.cost.png"]
+    d = cv2.imread(str(paths[0]))
+    assert d.shape == (h, w, 3) and (d[0, 0] == 0).all() and not (d[5, 1] == d[5, -2]).all()
+    n = cv2.imread(str(paths[1]))
+    np.testing.assert_array_equal(n[3, 3], [0, 128, 128])    # BGR of (0, 0, -1) -> RGB (128, 128, 0)
+    c = cv2.imread(str(paths[2]))
+    assert c[5, 0].sum() < c[5, -1].sum()                   # higher cost is brighter
