@@ -27,6 +27,7 @@ import cv2
 import numpy as np
 
 from .errors import MVSError
+from .io.colmap_maps import read_depth_map, read_normal_map
 from .scene import Scene
 
 log = logging.getLogger(__name__)
@@ -125,34 +126,6 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
     return inputs, resolved
 
 
-def read_map(path: Path, channels: int) -> np.ndarray:
-    """A COLMAP dense map: [H, W] (channels 1) or [H, W, C] float32, writeable.
-
-    Format: ASCII header `width&height&channels&`, then little-endian float32, one channel plane
-    after another, each plane row-major.
-    """
-    with open(path, "rb") as f:
-        head = f.read(64)
-    parts = head.split(b"&", 3)
-    try:
-        if len(parts) < 4:
-            raise ValueError
-        w, h, c = (int(p) for p in parts[:3])
-    except ValueError:
-        raise MVSError(f"{path}: not a COLMAP map (header 'width&height&channels&' missing)") from None
-    offset = len(head) - len(parts[3])
-    if c != channels:
-        raise MVSError(f"{path}: has {c} channel(s), expected {channels}")
-    expected = 4 * w * h * c
-    size = path.stat().st_size - offset
-    if size != expected:
-        raise MVSError(f"{path}: header says {w}x{h}x{c} float32 ({expected} bytes) but the file holds {size} "
-                       f"bytes of data (truncated or corrupt)")
-    data = np.fromfile(path, dtype="<f4", offset=offset).astype(np.float32, copy=False)
-    planes = data.reshape(c, h, w)
-    return planes[0] if c == 1 else np.ascontiguousarray(planes.transpose(1, 2, 0))
-
-
 def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) -> None:
     if shape[:2] != (inp.height, inp.width):
         raise MVSError(f"{path}: {what} of image '{inp.name}' is {shape[1]}x{shape[0]} px but the camera is "
@@ -160,9 +133,9 @@ def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) 
 
 
 def load_view(inp: ViewInputs) -> HostView:
-    depth = read_map(inp.depth_path, 1)
+    depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
-    normal = read_map(inp.normal_path, 3)
+    normal = read_normal_map(inp.normal_path)
     _check_size(inp.normal_path, "normal map", normal.shape, inp)
     bad = ~np.isfinite(depth)
     n_bad = int(np.count_nonzero(bad))

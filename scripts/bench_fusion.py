@@ -30,20 +30,12 @@ import pycolmap
 
 from mvs_pipeline.config_schema import FusionConfig, ViewsConfig
 from mvs_pipeline.fusion import run as run_fusion
+from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
+from mvs_pipeline.synth.camera import look_at
 from mvs_pipeline.views import select_views
 from mvs_pipeline.workspace import read_scene
 
 SPHERES = [((0.0, 0.0, 0.8), 0.8), ((1.3, -0.9, 0.45), 0.45)]  # (centre, radius), metres; ground z = 0
-
-
-def look_at(center, target):
-    z = np.asarray(target, float) - center
-    z /= np.linalg.norm(z)
-    x = np.cross(z, [0.0, 0.0, 1.0])
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    R = np.stack([x, y, z])
-    return R, -R @ center
 
 
 def ring_poses(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -91,17 +83,6 @@ def texture(points):
     return (np.clip(rgb, 0, 1) * 255).astype(np.uint8)
 
 
-def write_map(path: Path, array: np.ndarray) -> None:
-    """COLMAP dense map: `w&h&c&` header, float32 LE channel planes."""
-    a = np.asarray(array, "<f4")
-    planes = a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
-    c, h, w = planes.shape
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(f"{w}&{h}&{c}&".encode())
-        np.ascontiguousarray(planes).tofile(f)
-
-
 def make_workspace(ws: Path, views: int, width: int, height: int, noise: float, seed: int = 0) -> None:
     """COLMAP dense workspace: images/, sparse/ (with tracks), stereo/{depth,normal}_maps, fusion.cfg."""
     rng = np.random.default_rng(seed)
@@ -121,15 +102,15 @@ def make_workspace(ws: Path, views: int, width: int, height: int, noise: float, 
         if noise > 0:
             bad = rng.random(depth.shape) < noise
             depth[bad] *= rng.uniform(0.5, 2.0, bad.sum()).astype(np.float32)
-        write_map(ws / "stereo" / "depth_maps" / f"{name}.geometric.bin", depth)
-        write_map(ws / "stereo" / "normal_maps" / f"{name}.geometric.bin", normal)
+        write_colmap_array(ws / "stereo" / "depth_maps" / f"{name}.geometric.bin", depth)
+        write_colmap_array(ws / "stereo" / "normal_maps" / f"{name}.geometric.bin", normal)
         (ws / "images").mkdir(parents=True, exist_ok=True)
         cv2.imwrite(str(ws / "images" / name), texture(points)[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 92])
     samples = np.concatenate(samples)
     # observations in every view where the point is not occluded (the depth map agrees)
     tracks = [[] for _ in range(len(samples))]
     for k, (R, t) in enumerate(poses):
-        depth = read_depth(ws / "stereo" / "depth_maps" / f"view_{k:03d}.jpg.geometric.bin", width, height)
+        depth = read_depth_map(ws / "stereo" / "depth_maps" / f"view_{k:03d}.jpg.geometric.bin")
         cam = samples @ R.T + t
         uv = cam[:, :2] / cam[:, 2:] * f + [width / 2, height / 2]
         ok = (cam[:, 2] > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < width) & (uv[:, 1] >= 0) & (uv[:, 1] < height)
@@ -149,12 +130,6 @@ def make_workspace(ws: Path, views: int, width: int, height: int, noise: float, 
     (ws / "sparse").mkdir(parents=True, exist_ok=True)
     rec.write_binary(str(ws / "sparse"))
     (ws / "stereo" / "fusion.cfg").write_text("".join(f"view_{k:03d}.jpg\n" for k in range(views)))
-
-
-def read_depth(path: Path, width: int, height: int) -> np.ndarray:
-    raw = path.read_bytes()
-    offset = len(raw) - 4 * width * height
-    return np.frombuffer(raw[offset:], "<f4").reshape(height, width)
 
 
 def time_ours(ws: Path, backend: str, cfg: FusionConfig, repeat: int) -> dict:

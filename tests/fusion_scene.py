@@ -12,29 +12,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from mvs_pipeline.io.colmap_maps import write_colmap_array
 from mvs_pipeline.scene import Scene, View
+from mvs_pipeline.synth.camera import look_at
 from mvs_pipeline.views import ViewSelection
-
-
-def write_colmap_map(path: Path, array: np.ndarray) -> None:
-    """COLMAP dense map: header `w&h&c&`, then float32 LE channel planes (test-local writer)."""
-    a = np.asarray(array, dtype="<f4")
-    planes = a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
-    c, h, w = planes.shape
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(f"{w}&{h}&{c}&".encode() + np.ascontiguousarray(planes).tobytes())
-
-
-def look_at(center, target, up=(0.0, -1.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
-    """cam_from_world (R, t) for a camera at `center` looking at `target`."""
-    center = np.asarray(center, float)
-    z = np.asarray(target, float) - center
-    z /= np.linalg.norm(z)
-    x = np.cross(up, z)
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    R = np.stack([x, y, z])
-    return R, -R @ center
 
 
 def intrinsics(width: int, height: int, focal: float | None = None) -> np.ndarray:
@@ -80,8 +61,8 @@ def make_scene(root: Path, poses: list[tuple[np.ndarray, np.ndarray]], width: in
         depth, normal = plane_maps(K, R, t, width, height, plane_n, plane_c)
         truth["depth"].append(depth)
         truth["normal"].append(normal)
-        write_colmap_map(root / "stereo" / "depth_maps" / f"{name}.{map_type}.bin", depth)
-        write_colmap_map(root / "stereo" / "normal_maps" / f"{name}.{map_type}.bin", normal)
+        write_colmap_array(root / "stereo" / "depth_maps" / f"{name}.{map_type}.bin", depth)
+        write_colmap_array(root / "stereo" / "normal_maps" / f"{name}.{map_type}.bin", normal)
         if write_images:
             if colors is not None:
                 rgb = np.broadcast_to(np.asarray(colors[k], np.uint8), (height, width, 3))
@@ -108,5 +89,5 @@ def arc_poses(n: int, radius: float = 3.0, arc_deg: float = 30.0, target=(0.0, 0
     for k in range(n):
         a = np.radians(-arc_deg / 2 + arc_deg * k / max(n - 1, 1))
         center = np.array([radius * np.sin(a), 0.3 * np.sin(3 * a), radius * np.cos(a)])
-        poses.append(look_at(center, target, up=(0.0, 1.0, 0.0)))
+        poses.append(look_at(center, target, up=(0.0, -1.0, 0.0)))
     return poses

@@ -112,6 +112,23 @@ def test_wrong_channel_count_and_shape(tmp_path):
         cm.read_depth_map(path)
     with pytest.raises(MVSError, match=r"\[H, W, 3\]"):
         cm.write_normal_map(path, np.zeros((2, 2), np.float32))
+    cm.write_depth_map(path, np.ones((2, 2), np.float32))
+    with pytest.raises(MVSError, match="n.bin: expected a 3-channel COLMAP array, found 1"):
+        cm.read_normal_map(path)
+
+
+def test_read_maps_are_writeable(tmp_path):
+    """Fusion zeroes non-finite depths in place: the reader must not hand back a read-only view."""
+    depth = np.arange(6, dtype=np.float32).reshape(2, 3)
+    cm.write_depth_map(tmp_path / "d.bin", depth)
+    back = cm.read_depth_map(tmp_path / "d.bin")
+    assert back.flags.writeable and back.flags.c_contiguous and back.dtype == np.float32
+    back[0, 0] = 7.0
+    normal = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
+    cm.write_normal_map(tmp_path / "n.bin", normal)
+    back = cm.read_normal_map(tmp_path / "n.bin")
+    assert back.flags.writeable and back.flags.c_contiguous
+    np.testing.assert_array_equal(back, normal)
 
 
 def test_previews(tmp_path):

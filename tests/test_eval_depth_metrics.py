@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.errors import MVSError
-from mvs_pipeline.evaluation.depth_io import read_colmap_array, read_eth3d_depth, read_gt_depth, write_colmap_array
+from mvs_pipeline.evaluation.depth_io import read_eth3d_depth, read_gt_depth
 from mvs_pipeline.evaluation.depth_metrics import (DepthAccumulator, depth_errors, error_image, evaluate_run_depths,
                                                    format_depth_table, resample_to_camera)
+from mvs_pipeline.io.colmap_maps import read_colmap_array, write_colmap_array
 
 GT = np.array([[1.0, 2.0, 4.0], [8.0, np.inf, np.nan]], np.float32)
 PRED = np.array([[1.005, 2.03, 4.2], [0.0, 3.0, 8.0]], np.float32)

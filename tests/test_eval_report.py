@@ -10,12 +10,12 @@ import pytest
 
 from mvs_pipeline.cli import main
 from mvs_pipeline.config import dump_config, load_config
-from mvs_pipeline.evaluation.depth_io import write_colmap_array
 from mvs_pipeline.evaluation.depth_metrics import evaluate_run_depths
 from mvs_pipeline.evaluation.mlp import write_mlp
 from mvs_pipeline.evaluation.report import write_report
 from mvs_pipeline.evaluation.stage import run as run_stage
 from mvs_pipeline.evaluation.toy_scenes import perturbed_reconstruction, room_scene
+from mvs_pipeline.io.colmap_maps import write_colmap_array
 from mvs_pipeline.io.ply import PointCloud, write_ply
 
 

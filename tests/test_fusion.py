@@ -8,10 +8,12 @@ import logging
 import numpy as np
 import pytest
 
-from tests.fusion_scene import arc_poses, look_at, make_scene, plane_maps, write_colmap_map
 from mvs_pipeline.config_schema import FusionConfig
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion import fuse_chunks
+from mvs_pipeline.io.colmap_maps import write_colmap_array
+from mvs_pipeline.synth.camera import look_at
+from tests.fusion_scene import arc_poses, make_scene, plane_maps
 
 W, H = 64, 48
 
@@ -28,7 +30,7 @@ def concat(chunks, key):
 
 
 def identical_poses(n):
-    return [look_at((0.0, 0.0, 3.0), (0.0, 0.0, 0.0), up=(0.0, 1.0, 0.0))] * n
+    return [look_at((0.0, 0.0, 3.0), (0.0, 0.0, 0.0), up=(0.0, -1.0, 0.0))] * n
 
 
 def depth_path(root, k, kind="depth_maps"):
@@ -77,7 +79,7 @@ def test_min_consistent(tmp_path, caplog):
 def test_depth_difference_threshold(tmp_path):
     scene, sel, truth = make_scene(tmp_path, identical_poses(3), W, H)
     for k in (1, 2):  # neighbours 2 % deeper: |d - 1.02 d| / 1.02 d = 1.96 %
-        write_colmap_map(depth_path(tmp_path, k), truth["depth"][k] * 1.02)
+        write_colmap_array(depth_path(tmp_path, k), truth["depth"][k] * 1.02)
     assert len(concat(fuse(scene, sel, tmp_path, max_depth_diff=0.019), "pixel")) == 0
     assert len(concat(fuse(scene, sel, tmp_path, max_depth_diff=0.020), "pixel")) == W * H
 
@@ -87,7 +89,7 @@ def test_normal_angle_threshold(tmp_path):
     a = np.radians(15.0)
     rot = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
     for k in (1, 2):
-        write_colmap_map(depth_path(tmp_path, k, "normal_maps"), truth["normal"][k] @ rot.T)
+        write_colmap_array(depth_path(tmp_path, k, "normal_maps"), truth["normal"][k] @ rot.T)
     assert len(concat(fuse(scene, sel, tmp_path, max_normal_angle=14.0), "pixel")) == 0
     assert len(concat(fuse(scene, sel, tmp_path, max_normal_angle=16.0), "pixel")) == W * H
 
@@ -96,10 +98,10 @@ def test_reprojection_threshold(tmp_path):
     """Neighbours 0.5 m to either side, all looking straight down at z = 0 from 3 m. Their depth maps
     say 2.286 m instead of 3 m: the neighbour's own point then reprojects f*b*(1/2.286 - 1/3) = 3.0
     px away from the reference pixel (+-0.5 px from rounding to the nearest neighbour pixel)."""
-    poses = [look_at((x, 0.0, 3.0), (x, 0.0, 0.0), up=(0.0, 1.0, 0.0)) for x in (0.0, 0.5, -0.5)]
+    poses = [look_at((x, 0.0, 3.0), (x, 0.0, 0.0), up=(0.0, -1.0, 0.0)) for x in (0.0, 0.5, -0.5)]
     scene, sel, truth = make_scene(tmp_path, poses, W, H)
     for k in (1, 2):
-        write_colmap_map(depth_path(tmp_path, k), np.where(truth["depth"][k] > 0, 2.286, 0.0))
+        write_colmap_array(depth_path(tmp_path, k), np.where(truth["depth"][k] > 0, 2.286, 0.0))
     tight = concat(fuse(scene, sel, tmp_path, max_reproj_error=2.0, max_depth_diff=0.5), "pixel")
     loose = concat(fuse(scene, sel, tmp_path, max_reproj_error=4.0, max_depth_diff=0.5), "pixel")
     assert len(tight) == 0
@@ -115,7 +117,7 @@ def test_injected_depth_noise_is_rejected(tmp_path):
         depth = truth["depth"][k].copy()
         mask = rng.random(depth.shape) < 0.10
         depth[mask] *= rng.uniform(0.5, 2.0, mask.sum())  # outliers anywhere in a wide depth range
-        write_colmap_map(depth_path(tmp_path, k), depth)
+        write_colmap_array(depth_path(tmp_path, k), depth)
         noisy.append(mask.ravel())
     chunks = fuse(scene, sel, tmp_path)
     total = sum(len(c.pixel) for c in chunks)
@@ -183,7 +185,7 @@ def test_truncated_map_names_the_file(tmp_path):
 
 def test_map_size_mismatch_names_the_file(tmp_path):
     scene, sel, truth = make_scene(tmp_path, arc_poses(3), W, H)
-    write_colmap_map(depth_path(tmp_path, 2), truth["depth"][2][:-1])
+    write_colmap_array(depth_path(tmp_path, 2), truth["depth"][2][:-1])
     with pytest.raises(MVSError, match=r"view_002.png.geometric.bin: depth map .* is 64x47 px but the camera is 64x48"):
         fuse(scene, sel, tmp_path)
 
@@ -200,7 +202,7 @@ def test_non_finite_depths_are_skipped_with_warning(tmp_path, caplog):
     depth = truth["depth"][0].copy()
     depth[5, :10] = np.nan
     depth[6, :10] = np.inf
-    write_colmap_map(depth_path(tmp_path, 0), depth)
+    write_colmap_array(depth_path(tmp_path, 0), depth)
     with caplog.at_level(logging.WARNING):
         chunks = fuse(scene, sel, tmp_path)
     assert "view_000.png.geometric.bin: 20 non-finite" in caplog.text
@@ -231,7 +233,7 @@ def test_result_does_not_depend_on_thread_count(tmp_path):
     rng = np.random.default_rng(3)
     for k in range(5):  # noise makes many borderline decisions and shared claims
         d = truth["depth"][k] * (1 + rng.normal(0, 0.004, truth["depth"][k].shape))
-        write_colmap_map(depth_path(tmp_path, k), d)
+        write_colmap_array(depth_path(tmp_path, k), d)
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -250,7 +252,7 @@ def test_small_cache_gives_the_same_cloud(tmp_path):
     """Neighbours i+1 and i+3 (mod 7): a 3-view cache must evict views it needs again (view 3 after
     step 0, back at step 2), and the consumed marks must survive the eviction."""
     n = 7
-    poses = [look_at((0.1 * k, 0.0, 3.0), (0.1 * k, 0.0, 0.0), up=(0.0, 1.0, 0.0)) for k in range(n)]
+    poses = [look_at((0.1 * k, 0.0, 3.0), (0.1 * k, 0.0, 0.0), up=(0.0, -1.0, 0.0)) for k in range(n)]
     nbrs = [[(i + 1) % n, (i + 3) % n] for i in range(n)]
     scene, sel, _ = make_scene(tmp_path, poses, W, H, neighbors=nbrs)
     big_stats, small_stats = {}, {}
@@ -266,7 +268,7 @@ def test_small_cache_gives_the_same_cloud(tmp_path):
 def test_plane_maps_helper_is_exact():
     """The test scenes themselves: back-projected depths lie on the plane."""
     K = np.array([[50.0, 0, 32], [0, 50.0, 24], [0, 0, 1]])
-    R, t = look_at((1.0, 0.5, 3.0), (0.0, 0.0, 0.0))
+    R, t = look_at((1.0, 0.5, 3.0), (0.0, 0.0, 0.0), up=(0.0, 1.0, 0.0))
     depth, normal = plane_maps(K, R, t, 64, 48, (0.3, 0.0, 1.0), 0.2)
     u, v = np.meshgrid(np.arange(64) + 0.5, np.arange(48) + 0.5)
     cam = np.stack([u, v, np.ones_like(u)], -1) @ np.linalg.inv(K).T * depth[..., None]

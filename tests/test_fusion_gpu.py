@@ -8,7 +8,9 @@ import pytest
 from mvs_pipeline.config_schema import FusionConfig
 from mvs_pipeline.cpu.fusion import CAM_STRIDE, camera_block, commit_claims, fuse_reference
 from mvs_pipeline.fusion import fuse_chunks
-from tests.fusion_scene import arc_poses, intrinsics, look_at, make_scene, plane_maps, write_colmap_map
+from mvs_pipeline.io.colmap_maps import write_colmap_array
+from mvs_pipeline.synth.camera import look_at
+from tests.fusion_scene import arc_poses, intrinsics, make_scene, plane_maps
 
 pytestmark = pytest.mark.gpu
 
@@ -23,7 +25,7 @@ def random_views(seed: int, sizes=((80, 60), (72, 64), (96, 50), (80, 60))):
     for k, (w, h) in enumerate(sizes):
         a = np.radians(-12 + 8 * k)
         center = np.array([3 * np.sin(a), 0.2 * k, 3 * np.cos(a)])
-        R, t = look_at(center, (0.0, 0.0, 0.0), up=(0.0, 1.0, 0.0))
+        R, t = look_at(center, (0.0, 0.0, 0.0), up=(0.0, -1.0, 0.0))
         K = intrinsics(w, h, focal=0.9 * w + 3 * k)
         depth, normal = plane_maps(K, R, t, w, h, (0.2, -0.1, 1.0), 0.05)
         depth *= 1 + rng.normal(0, 0.003, depth.shape).astype(np.float32)  # many borderline depth tests
@@ -129,7 +131,7 @@ def test_stage_gpu_and_cpu_give_the_same_point_set(tmp_path, aggregate):
         d = truth["depth"][k].copy()
         noisy = rng.random(d.shape) < 0.1
         d[noisy] *= rng.uniform(0.5, 2.0, noisy.sum())
-        write_colmap_map(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
+        write_colmap_array(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
     cfg = FusionConfig(aggregate=aggregate)
     gpu_stats, cpu_stats = {}, {}
     gpu = list(fuse_chunks(cfg, scene, sel, tmp_path / "stereo", "cuda", progress=False, stats=gpu_stats))
@@ -144,7 +146,7 @@ def test_stage_gpu_and_cpu_give_the_same_point_set(tmp_path, aggregate):
 
 def test_stage_gpu_small_cache_matches_large(tmp_path):
     n = 7
-    poses = [look_at((0.1 * k, 0.0, 3.0), (0.1 * k, 0.0, 0.0), up=(0.0, 1.0, 0.0)) for k in range(n)]
+    poses = [look_at((0.1 * k, 0.0, 3.0), (0.1 * k, 0.0, 0.0), up=(0.0, -1.0, 0.0)) for k in range(n)]
     scene, sel, _ = make_scene(tmp_path, poses, 64, 48, neighbors=[[(i + 1) % n, (i + 3) % n] for i in range(n)])
     stats = {}
     big = list(fuse_chunks(FusionConfig(), scene, sel, tmp_path / "stereo", "cuda", progress=False))
@@ -157,7 +159,7 @@ def test_stage_gpu_small_cache_matches_large(tmp_path):
 
 
 def test_stage_gpu_identical_views_fuse_every_pixel_once(tmp_path):
-    poses = [look_at((0.0, 0.0, 3.0), (0.0, 0.0, 0.0), up=(0.0, 1.0, 0.0))] * 3
+    poses = [look_at((0.0, 0.0, 3.0), (0.0, 0.0, 0.0), up=(0.0, -1.0, 0.0))] * 3
     scene, sel, _ = make_scene(tmp_path, poses, 64, 48, colors=[(10, 20, 30), (20, 40, 60), (200, 250, 90)])
     chunks = list(fuse_chunks(FusionConfig(), scene, sel, tmp_path / "stereo", "cuda", progress=False))
     assert [len(c.pixel) for c in chunks] == [64 * 48, 0, 0]

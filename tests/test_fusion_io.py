@@ -14,11 +14,12 @@ from mvs_pipeline.cli import main
 from mvs_pipeline.config_schema import FusionConfig
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion import run as run_fusion
+from mvs_pipeline.io.colmap_maps import write_colmap_array
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
 from mvs_pipeline.io.ply import read_ply
 from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis, visibility_records, write_vis
 from mvs_pipeline.workspace import read_scene
-from tests.fusion_scene import arc_poses, make_scene, plane_maps, write_colmap_map
+from tests.fusion_scene import arc_poses, make_scene, plane_maps
 from tests.tiny_model import write_colmap_project
 
 W, H = 64, 48
@@ -187,8 +188,8 @@ def test_cli_runs_fusion_on_existing_maps(tmp_path):
     scene = read_scene(out / "images", out / "sparse")
     for v in scene.views:
         depth, normal = plane_maps(v.K, v.R, v.t, v.width, v.height, (0, 0, 1.0), 0.0)
-        write_colmap_map(out / "stereo" / "depth_maps" / f"{v.name}.geometric.bin", depth)
-        write_colmap_map(out / "stereo" / "normal_maps" / f"{v.name}.geometric.bin", normal)
+        write_colmap_array(out / "stereo" / "depth_maps" / f"{v.name}.geometric.bin", depth)
+        write_colmap_array(out / "stereo" / "normal_maps" / f"{v.name}.geometric.bin", normal)
     assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
                  "--stages", "fusion", "--set", "fusion.min_consistent=1"]) == 0
     record = json.loads((out / "run.json").read_text())

@@ -11,9 +11,9 @@ from scipy.spatial import cKDTree
 
 from mvs_pipeline.config_schema import FusionConfig, ViewsConfig
 from mvs_pipeline.fusion import fuse_chunks
+from mvs_pipeline.io.colmap_maps import write_colmap_array
 from mvs_pipeline.views import select_views
 from mvs_pipeline.workspace import read_scene
-from tests.fusion_scene import write_colmap_map
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def object_scene(tmp_path_factory):
     scene = read_scene(root / "images", root / "sparse" / "0")
     for v in scene.views:  # GT maps as if PatchMatch were perfect
         stem = Path(v.name).stem
-        write_colmap_map(root / "stereo" / "depth_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "depth" / f"{stem}.npy"))
-        write_colmap_map(root / "stereo" / "normal_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "normal" / f"{stem}.npy"))
+        write_colmap_array(root / "stereo" / "depth_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "depth" / f"{stem}.npy"))
+        write_colmap_array(root / "stereo" / "normal_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "normal" / f"{stem}.npy"))
     return root, scene, select_views(scene, ViewsConfig())
 
 
@@ -91,8 +91,8 @@ def test_injected_noise_on_gt_maps_is_rejected(object_scene):
         mask = (rng.random(depth.shape) < 0.10) & (depth > 0)
         depth[mask] *= rng.uniform(0.5, 2.0, mask.sum()).astype(np.float32)
         noisy[k] = mask.ravel()
-        write_colmap_map(stereo / "depth_maps" / f"{v.name}.geometric.bin", depth)
-        write_colmap_map(stereo / "normal_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "normal" / f"{stem}.npy"))
+        write_colmap_array(stereo / "depth_maps" / f"{v.name}.geometric.bin", depth)
+        write_colmap_array(stereo / "normal_maps" / f"{v.name}.geometric.bin", np.load(root / "gt" / "normal" / f"{stem}.npy"))
     chunks = list(fuse_chunks(FusionConfig(), scene, sel, stereo, "cpu", progress=False))
     total = sum(len(c.pixel) for c in chunks)
     from_noise = sum(int(noisy[c.view_idx][c.pixel].sum()) for c in chunks)

@@ -11,8 +11,9 @@ import pytest
 from mvs_pipeline import views
 from mvs_pipeline.config import load_config
 from mvs_pipeline.errors import MVSError
+from mvs_pipeline.synth.camera import look_at
 from mvs_pipeline.workspace import scene_from_reconstruction
-from tests.tiny_model import build_tiny_reconstruction, look_at
+from tests.tiny_model import build_tiny_reconstruction
 
 
 def _scene(rec, tmp_path):
@@ -61,7 +62,7 @@ def test_small_baseline_pairs_are_dropped(tmp_path):
     """Two cameras 1 mm apart: their triangulation angles are tiny, so they never pair."""
     rec = build_tiny_reconstruction(num_views=4, num_points=150)
     img = rec.images[1]
-    R, t = look_at(img.projection_center() + np.array([1e-3, 0, 0]), np.zeros(3))
+    R, t = look_at(img.projection_center() + np.array([1e-3, 0, 0]), np.zeros(3), up=(0.0, 1.0, 0.0))
     twin = pycolmap.Image(name="twin.png", keypoints=np.array([cam_xy for cam_xy in
                           (rec.cameras[1].img_from_cam(R @ rec.points3D[p].xyz + t) for p in sorted(rec.point3D_ids()))]),
                           camera_id=1, image_id=99)

@@ -13,16 +13,7 @@ import cv2
 import numpy as np
 import pycolmap
 
-
-def look_at(center: np.ndarray, target: np.ndarray, up=np.array([0.0, -1.0, 0.0])) -> tuple[np.ndarray, np.ndarray]:
-    """cam_from_world (R, t) for a camera at `center` looking at `target` (y down in the image)."""
-    z = target - center
-    z = z / np.linalg.norm(z)
-    x = np.cross(up, z)
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    R = np.stack([x, y, z])
-    return R, -R @ center
+from mvs_pipeline.synth.camera import look_at
 
 
 def build_tiny_reconstruction(num_views: int = 5, width: int = 64, height: int = 48, num_points: int = 200,
@@ -39,7 +30,7 @@ def build_tiny_reconstruction(num_views: int = 5, width: int = 64, height: int =
     for k in range(num_views):
         ang = 2 * np.pi * k / (num_views * 4)  # a 90-degree arc: all views overlap
         center = np.array([radius * np.sin(ang), 0.2 * k / num_views, -radius * np.cos(ang)])
-        poses.append(look_at(center, np.zeros(3)))
+        poses.append(look_at(center, np.zeros(3), up=(0.0, 1.0, 0.0)))
     obs = []  # per view: (point index, xy)
     for R, t in poses:
         cam_pts = points @ R.T + t

@@ -1,8 +1,7 @@
 """Depth-map files the evaluation reads.
 
 - COLMAP dense arrays (`stereo/depth_maps/NAME.{geometric,photometric}.bin`, normal_maps, ...):
-  an ASCII header "width&height&channels&" then float32 little-endian values, channel-major:
-  for each channel, H rows of W values (what COLMAP's read_array reshapes in Fortran order).
+  read and written by `mvs_pipeline.io.colmap_maps` (format documented there).
 - ETH3D `ground_truth_depth/<camera>/<image name>`: W*H raw float32 little-endian values, row-major,
   no header; +inf where no ground truth is known; for the *distorted* (original) images, so
   the width and height come from the distorted calibration (e.g. dslr_calibration_jpg).
@@ -19,32 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MVSError
-from ..io.atomic import atomic_write_bytes
-
-
-def read_colmap_array(path: str | os.PathLike) -> np.ndarray:
-    """[H, W] (one channel) or [H, W, C] float32 from a COLMAP dense .bin array."""
-    path = Path(path)
-    data = path.read_bytes()
-    parts = data.split(b"&", 3)
-    if len(parts) < 4:
-        raise MVSError(f"{path}: not a COLMAP array (header 'width&height&channels&' missing)")
-    try:
-        w, h, c = (int(p) for p in parts[:3])
-    except ValueError as exc:
-        raise MVSError(f"{path}: bad COLMAP array header {data[:32]!r}") from exc
-    body = parts[3]
-    if len(body) != 4 * w * h * c:
-        raise MVSError(f"{path}: header says {w}x{h}x{c} floats but the file holds {len(body)} bytes of data")
-    arr = np.frombuffer(body, dtype="<f4").reshape(c, h, w)
-    return np.ascontiguousarray(arr[0] if c == 1 else arr.transpose(1, 2, 0))
-
-
-def write_colmap_array(path: str | os.PathLike, array: np.ndarray) -> None:
-    a = np.asarray(array, dtype="<f4")
-    a3 = a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
-    c, h, w = a3.shape
-    atomic_write_bytes(path, f"{w}&{h}&{c}&".encode() + np.ascontiguousarray(a3).tobytes())
 
 
 def read_eth3d_depth(path: str | os.PathLike, width: int, height: int) -> np.ndarray:

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import MVSError
 from ..io.atomic import atomic_path
-from .depth_io import read_colmap_array, read_gt_depth
+from ..io.colmap_maps import read_depth_map
+from .depth_io import read_gt_depth
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +240,7 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
         if gt_path is None:
             skipped.append(name)
             continue
-        pred = read_colmap_array(pred_path)
-        if pred.ndim != 2:
-            raise MVSError(f"{pred_path}: depth map has {pred.shape[2]} channels, expected 1")
+        pred = read_depth_map(pred_path)  # [H, W]; another channel count raises naming the file
         if gt_path.suffix == ".npy":
             gt = read_gt_depth(gt_path)
         else:

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import plyfile
 
 from ..backend import resolve_backend
 from ..errors import MVSError
+from ..io.ply import read_vertex_element
 from .mlp import Scan
 from .voxels import GRID_SHIFTS, cell_ids, pooled_cell_mean
 
@@ -60,19 +60,7 @@ def parse_tolerances(text: str | list | tuple) -> list[float]:
 def load_reconstruction(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     """Vertex x, y, z of a PLY as [N, 3] float32, and notes (e.g. converted doubles)."""
     path = Path(path)
-    if not path.is_file():
-        raise MVSError(f"{path}: reconstruction PLY not found")
-    try:
-        ply = plyfile.PlyData.read(str(path))
-    except Exception as exc:  # plyfile raises several types for broken files
-        raise MVSError(f"{path}: not a readable PLY file ({exc})") from exc
-    if "vertex" not in ply:
-        raise MVSError(f"{path}: PLY has no 'vertex' element")
-    v = ply["vertex"].data
-    names = v.dtype.names or ()
-    missing = [a for a in "xyz" if a not in names]
-    if missing:
-        raise MVSError(f"{path}: PLY vertex element lacks {', '.join(missing)}")
+    v = read_vertex_element(path, "reconstruction PLY")
     notes = []
     kinds = {a: v.dtype[a] for a in "xyz"}
     if any(k != np.float32 for k in kinds.values()):

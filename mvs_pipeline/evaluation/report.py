@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 
 from ..io.atomic import atomic_write_text
-from .depth_io import read_colmap_array
+from ..io.colmap_maps import read_colmap_array
 from .depth_metrics import find_run_depth_maps
 from .jsonutil import to_json
 

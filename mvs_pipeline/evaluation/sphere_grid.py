@@ -61,9 +61,21 @@ class SphereGrids:
     source_index: list  # per scan, [M_s] int64 index into the scan's original points (sorted order)
 
 
+def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse poses of rigid scans: (R [S, 3, 3], t [S, 3]) float64, x_scan = R @ x_world + t."""
+    rs, ts = [], []
+    for scan in scans:
+        r = scan.world_from_scan[:3, :3]
+        t = scan.world_from_scan[:3, 3]
+        rs.append(r.T)
+        ts.append(-(r.T @ t))
+    return (np.ascontiguousarray(np.asarray(rs, dtype=np.float64).reshape(-1, 3, 3)),
+            np.ascontiguousarray(np.asarray(ts, dtype=np.float64).reshape(-1, 3)))
+
+
 def build_sphere_grids(scans) -> SphereGrids:
     """Bin every scan's points (see module doc); `scans` are mlp.Scan objects."""
-    pts_all, norms_all, starts_all, base, ni, na, rs, ts, src = [], [], [], [], [], [], [], [], []
+    pts_all, norms_all, starts_all, base, ni, na, src = [], [], [], [], [], [], []
     offset_points = 0
     offset_starts = 0
     for scan in scans:
@@ -81,13 +93,10 @@ def build_sphere_grids(scans) -> SphereGrids:
         base.append(offset_starts)
         ni.append(n_incl)
         na.append(n_az)
-        r = scan.world_from_scan[:3, :3]
-        t = scan.world_from_scan[:3, 3]
-        rs.append(r.T)
-        ts.append(-(r.T @ t))
         src.append(keep[order])
         offset_points += len(p)
         offset_starts += len(starts)
+    rot, trans = scan_from_world(scans)
     return SphereGrids(
         points=np.ascontiguousarray(np.concatenate(pts_all) if pts_all else np.zeros((0, 3))),
         norms=np.concatenate(norms_all) if norms_all else np.zeros(0),
@@ -95,7 +104,7 @@ def build_sphere_grids(scans) -> SphereGrids:
         start_base=np.asarray(base, dtype=np.int64),
         n_incl=np.asarray(ni, dtype=np.int64),
         n_az=np.asarray(na, dtype=np.int64),
-        scan_from_world_r=np.ascontiguousarray(np.asarray(rs, dtype=np.float64).reshape(-1, 3, 3)),
-        scan_from_world_t=np.ascontiguousarray(np.asarray(ts, dtype=np.float64).reshape(-1, 3)),
+        scan_from_world_r=rot,
+        scan_from_world_t=trans,
         source_index=src,
     )

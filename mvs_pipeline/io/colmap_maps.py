@@ -38,33 +38,51 @@ def encode_colmap_array(array: np.ndarray) -> bytes:
     return f"{w}&{h}&{c}&".encode("ascii") + planes.tobytes()
 
 
-def decode_colmap_array(data: bytes, where: str = "COLMAP array") -> np.ndarray:
-    """[H, W] (1 channel) or [H, W, C] float32 from the bytes of a COLMAP .bin array."""
-    parts = data.split(b"&", 3)
+def write_colmap_array(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Write a [H, W] or [H, W, C] array (depth, normal, cost, ...) atomically."""
+    atomic_write_bytes(path, encode_colmap_array(array))
+
+
+# "width&height&channels&" in ASCII: 64 bytes hold it for any array that fits in memory.
+_HEADER_BYTES = 64
+
+
+def _parse_header(head: bytes, where: str) -> tuple[int, int, int, int]:
+    """(width, height, channels, byte offset of the data) from the first bytes of a .bin array."""
+    parts = head[:_HEADER_BYTES].split(b"&", 3)
     if len(parts) < 4:
         raise MVSError(f"{where}: not a COLMAP array (header 'width&height&channels&' missing)")
     try:
         w, h, c = (int(p) for p in parts[:3])
     except ValueError as exc:
-        raise MVSError(f"{where}: bad COLMAP array header {data[:40]!r}") from exc
+        raise MVSError(f"{where}: bad COLMAP array header {head[:40]!r}") from exc
     if w < 1 or h < 1 or c < 1:
         raise MVSError(f"{where}: header gives an empty array {w}x{h}x{c}")
-    body = parts[3]
-    if len(body) != 4 * w * h * c:
-        raise MVSError(f"{where}: header says {w}x{h}x{c} floats ({4 * w * h * c} bytes) but the file holds "
-                       f"{len(body)} bytes of data")
-    planes = np.frombuffer(body, dtype="<f4").reshape(c, h, w)
-    out = planes[0] if c == 1 else np.moveaxis(planes, 0, 2)
-    return np.ascontiguousarray(out, dtype=np.float32)
+    return w, h, c, sum(len(p) + 1 for p in parts[:3])
 
 
-def read_colmap_array(path: str | os.PathLike) -> np.ndarray:
+def read_colmap_array(path: str | os.PathLike, channels: int | None = None) -> np.ndarray:
+    """[H, W] (1 channel) or [H, W, C] float32, C-contiguous and writeable, from a COLMAP .bin array.
+
+    `channels`: the count the caller needs; another count raises before the data is read.
+    """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_BYTES)
+            size = os.fstat(f.fileno()).st_size
     except OSError as exc:
         raise MVSError(f"{path}: cannot read ({exc})") from exc
-    return decode_colmap_array(data, str(path))
+    w, h, c, offset = _parse_header(head, str(path))
+    if channels is not None and c != channels:
+        raise MVSError(f"{path}: expected a {channels}-channel COLMAP array, found {c} channel(s)")
+    expected = 4 * w * h * c
+    if size - offset != expected:
+        raise MVSError(f"{path}: header says {w}x{h}x{c} float32 ({expected} bytes) but the file holds "
+                       f"{size - offset} bytes of data (truncated or corrupt)")
+    data = np.fromfile(path, dtype="<f4", count=w * h * c, offset=offset).astype(np.float32, copy=False)
+    planes = data.reshape(c, h, w)                                           # [C, H, W]
+    return planes[0] if c == 1 else np.ascontiguousarray(np.moveaxis(planes, 0, 2))
 
 
 def write_depth_map(path: str | os.PathLike, depth: np.ndarray) -> None:
@@ -72,7 +90,7 @@ def write_depth_map(path: str | os.PathLike, depth: np.ndarray) -> None:
     d = np.asarray(depth)
     if d.ndim != 2:
         raise MVSError(f"{path}: depth map must be [H, W], got shape {d.shape}")
-    atomic_write_bytes(path, encode_colmap_array(d))
+    write_colmap_array(path, d)
 
 
 def write_normal_map(path: str | os.PathLike, normal: np.ndarray) -> None:
@@ -80,21 +98,17 @@ def write_normal_map(path: str | os.PathLike, normal: np.ndarray) -> None:
     n = np.asarray(normal)
     if n.ndim != 3 or n.shape[2] != 3:
         raise MVSError(f"{path}: normal map must be [H, W, 3], got shape {n.shape}")
-    atomic_write_bytes(path, encode_colmap_array(n))
+    write_colmap_array(path, n)
 
 
 def read_depth_map(path: str | os.PathLike) -> np.ndarray:
-    a = read_colmap_array(path)
-    if a.ndim != 2:
-        raise MVSError(f"{path}: expected a 1-channel depth map, found {a.shape[2]} channels")
-    return a
+    """[H, W] float32 z-depth map (writeable)."""
+    return read_colmap_array(path, channels=1)
 
 
 def read_normal_map(path: str | os.PathLike) -> np.ndarray:
-    a = read_colmap_array(path)
-    if a.ndim != 3 or a.shape[2] != 3:
-        raise MVSError(f"{path}: expected a 3-channel normal map, found shape {a.shape}")
-    return a
+    """[H, W, 3] float32 camera-frame normal map."""
+    return read_colmap_array(path, channels=3)
 
 
 # ---------------------------------------------------------------------------------------------

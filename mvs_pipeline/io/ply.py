@@ -34,10 +34,14 @@ class PointCloud:
         return int(self.xyz.shape[0])
 
 
-def read_ply(path: str | os.PathLike) -> PointCloud:
+def read_vertex_element(path: str | os.PathLike, what: str = "PLY file") -> np.ndarray:
+    """[N] structured array of a PLY's `vertex` element, checked to hold x, y and z.
+
+    `what` names the file in the not-found error (e.g. "reconstruction PLY").
+    """
     path = Path(path)
     if not path.is_file():
-        raise MVSError(f"{path}: PLY file not found")
+        raise MVSError(f"{path}: {what} not found")
     try:
         ply = plyfile.PlyData.read(str(path))
     except Exception as exc:  # plyfile raises several types for corrupt headers/bodies
@@ -45,10 +49,15 @@ def read_ply(path: str | os.PathLike) -> PointCloud:
     if "vertex" not in ply:
         raise MVSError(f"{path}: PLY has no 'vertex' element")
     v = ply["vertex"].data
-    names = v.dtype.names or ()
-    for axis in "xyz":
-        if axis not in names:
-            raise MVSError(f"{path}: PLY vertex element lacks property '{axis}'")
+    missing = [a for a in "xyz" if a not in (v.dtype.names or ())]
+    if missing:
+        raise MVSError(f"{path}: PLY vertex element lacks {', '.join(missing)}")
+    return v
+
+
+def read_ply(path: str | os.PathLike) -> PointCloud:
+    v = read_vertex_element(path)
+    names = v.dtype.names
     xyz = np.stack([np.asarray(v[a], dtype=np.float64) for a in "xyz"], axis=1)
     normals = None
     if all(n in names for n in ("nx", "ny", "nz")):

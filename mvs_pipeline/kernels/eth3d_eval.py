@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from ..evaluation.sphere_grid import ANGLE_SLACK, grid_shape
+from ..evaluation.sphere_grid import ANGLE_SLACK, grid_shape, scan_from_world
+from .checks import check_array
 from .loader import get_kernel, import_cupy
 
 CU = "eth3d_eval.cu"
@@ -23,19 +24,6 @@ LEVEL_GROWTH = 4.0
 MAX_KEY_SPAN = 2**62  # nx * ny * nz must fit an int64 key
 
 
-def _check(cp, name: str, a, dtype, shape: tuple) -> None:
-    if not isinstance(a, cp.ndarray):
-        raise TypeError(f"{name}: expected a cupy array on the GPU, got {type(a).__name__}")
-    if a.dtype != dtype:
-        raise TypeError(f"{name}: dtype {a.dtype}, expected {np.dtype(dtype)}")
-    if len(a.shape) != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
-        raise ValueError(f"{name}: shape {a.shape}, expected {shape} (None = any)")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name}: must be C-contiguous")
-    if a.device.id != cp.cuda.Device().id:
-        raise ValueError(f"{name}: lives on GPU {a.device.id}, current device is {cp.cuda.Device().id}")
-
-
 def _grid(n: int) -> tuple[int]:
     return (max(1, (n + BLOCK - 1) // BLOCK),)
 
@@ -43,7 +31,7 @@ def _grid(n: int) -> tuple[int]:
 def sphere_cells(points, n_incl: int, n_az: int):
     """[M] int64 direction cell of scan points [M, 3] float32 (sentinel n_incl*n_az at the origin)."""
     cp = import_cupy()
-    _check(cp, "points", points, np.float32, (None, 3))
+    check_array(cp, "points", points, np.float32, (None, 3))
     m = points.shape[0]
     cells = cp.empty(m, dtype=cp.int64)
     if m:
@@ -55,7 +43,7 @@ def sphere_cells(points, n_incl: int, n_az: int):
 def build_sphere_grids_cuda(scans) -> dict:
     """Device arrays of all scans binned by direction (layout of sphere_grid.SphereGrids)."""
     cp = import_cupy()
-    pts, starts, base, ni, na, rs, ts = [], [], [], [], [], [], []
+    pts, starts, base, ni, na = [], [], [], [], []
     offset_points = offset_starts = 0
     for scan in scans:
         p = cp.asarray(np.ascontiguousarray(scan.points, dtype=np.float32))
@@ -70,20 +58,17 @@ def build_sphere_grids_cuda(scans) -> dict:
         base.append(offset_starts)
         ni.append(n_incl)
         na.append(n_az)
-        r = scan.world_from_scan[:3, :3]
-        t = scan.world_from_scan[:3, 3]
-        rs.append(r.T)
-        ts.append(-(r.T @ t))
         offset_points += len(p)  # origin points (sentinel cell) stay after starts[n_cells]: never read
         offset_starts += n_cells + 1
+    rot, trans = scan_from_world(scans)
     return {
         "points": cp.ascontiguousarray(cp.concatenate(pts)),
         "starts": cp.ascontiguousarray(cp.concatenate(starts)),
         "start_base": cp.asarray(np.asarray(base, np.int64)),
         "n_incl": cp.asarray(np.asarray(ni, np.int32)),
         "n_az": cp.asarray(np.asarray(na, np.int32)),
-        "rot": cp.asarray(np.ascontiguousarray(np.asarray(rs, np.float64).reshape(-1, 3, 3))),
-        "trans": cp.asarray(np.ascontiguousarray(np.asarray(ts, np.float64).reshape(-1, 3))),
+        "rot": cp.asarray(rot),
+        "trans": cp.asarray(trans),
     }
 
 
@@ -94,20 +79,20 @@ def classify_points_cuda(xyz, grids: dict, beam_start: float, tan_divergence: fl
     out_best [N] float64 / out_front [N] uint8 may be given (tests poison them: the kernel writes all).
     """
     cp = import_cupy()
-    _check(cp, "xyz", xyz, np.float32, (None, 3))
+    check_array(cp, "xyz", xyz, np.float32, (None, 3))
     s = grids["rot"].shape[0]
-    _check(cp, "grids.points", grids["points"], np.float32, (None, 3))
-    _check(cp, "grids.starts", grids["starts"], np.int64, (None,))
-    _check(cp, "grids.start_base", grids["start_base"], np.int64, (s,))
-    _check(cp, "grids.n_incl", grids["n_incl"], np.int32, (s,))
-    _check(cp, "grids.n_az", grids["n_az"], np.int32, (s,))
-    _check(cp, "grids.rot", grids["rot"], np.float64, (s, 3, 3))
-    _check(cp, "grids.trans", grids["trans"], np.float64, (s, 3))
+    check_array(cp, "grids.points", grids["points"], np.float32, (None, 3))
+    check_array(cp, "grids.starts", grids["starts"], np.int64, (None,))
+    check_array(cp, "grids.start_base", grids["start_base"], np.int64, (s,))
+    check_array(cp, "grids.n_incl", grids["n_incl"], np.int32, (s,))
+    check_array(cp, "grids.n_az", grids["n_az"], np.int32, (s,))
+    check_array(cp, "grids.rot", grids["rot"], np.float64, (s, 3, 3))
+    check_array(cp, "grids.trans", grids["trans"], np.float64, (s, 3))
     n = xyz.shape[0]
     best = cp.full(n, cp.inf, dtype=cp.float64) if out_best is None else out_best
     front = cp.zeros(n, dtype=cp.uint8) if out_front is None else out_front
-    _check(cp, "out_best", best, np.float64, (n,))
-    _check(cp, "out_front", front, np.uint8, (n,))
+    check_array(cp, "out_best", best, np.float64, (n,))
+    check_array(cp, "out_front", front, np.uint8, (n,))
     if n and s:
         get_kernel(CU, "eth3d_accuracy_classify")(
             _grid(n), (BLOCK,),
@@ -165,8 +150,8 @@ def nearest_dist2_cuda(queries, points, max_dist: float, h0: float | None = None
     """[Q] float64 squared distance of each query [Q, 3] float64 to the nearest point [N, 3] float32;
     exact up to max_dist, +inf beyond. Twin of cpu_completeness.nearest_dist2_cpu."""
     cp = import_cupy()
-    _check(cp, "queries", queries, np.float64, (None, 3))
-    _check(cp, "points", points, np.float32, (None, 3))
+    check_array(cp, "queries", queries, np.float64, (None, 3))
+    check_array(cp, "points", points, np.float32, (None, 3))
     keys_kernel = get_kernel(CU, "eth3d_grid_keys")
     nearest_kernel = get_kernel(CU, "eth3d_grid_nearest")
 
@@ -178,8 +163,8 @@ def nearest_dist2_cuda(queries, points, max_dist: float, h0: float | None = None
         return keys
 
     def grid_nearest(qs, pending, spts, skeys, lo, h, dims, rings, out):
-        _check(cp, "pending", pending, np.int64, (None,))
-        _check(cp, "out", out, np.float64, (qs.shape[0],))
+        check_array(cp, "pending", pending, np.int64, (None,))
+        check_array(cp, "out", out, np.float64, (qs.shape[0],))
         nearest_kernel(_grid(pending.size), (BLOCK,),
                        (qs, pending, np.int32(pending.size), spts, skeys, np.int64(spts.shape[0]),
                         np.float64(lo[0]), np.float64(lo[1]), np.float64(lo[2]), np.float64(h), np.int64(dims[0]),

@@ -9,22 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..points.grid import GridSpec
+from .checks import check_array
 from .loader import get_kernel, import_cupy
 
 _CU = "three_nn.cu"
 _OPTIONS = ("--fmad=false",)
 THREADS = 256
-
-
-def _check(name: str, arr, cupy, dtype, shape_tail: tuple[int | None, ...]) -> None:
-    if not isinstance(arr, cupy.ndarray):
-        raise TypeError(f"{name}: expected a cupy.ndarray, got {type(arr).__name__}")
-    if arr.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {arr.dtype}")
-    if arr.ndim != len(shape_tail) or any(t is not None and s != t for s, t in zip(arr.shape, shape_tail)):
-        raise ValueError(f"{name}: unexpected shape {arr.shape}")
-    if not arr.flags.c_contiguous:
-        raise ValueError(f"{name}: must be C-contiguous")
 
 
 def _blocks(total: int) -> tuple[int]:
@@ -34,7 +24,7 @@ def _blocks(total: int) -> tuple[int]:
 def build_grid(known, grid: GridSpec):
     """Known [M, 3] sorted by cell: (kx, ky, kz [M] float32, kidx [M] int32, cell_start [C+1] int32)."""
     cupy = import_cupy()
-    _check("known", known, cupy, np.float32, (None, 3))
+    check_array(cupy, "known", known, np.float32, (None, 3))
     m = int(known.shape[0])
     if grid.num_cells >= 2**31 - 1:
         raise ValueError(f"grid has {grid.num_cells} cells; at most 2^31 - 2 supported")
@@ -53,7 +43,7 @@ def three_nn(queries, known, grid: GridSpec, built=None):
     """queries [N, 3], known [M, 3] float32 -> (dist [N, 3] float32, idx [N, 3] int32).
     `built` reuses build_grid(known, grid) across query chunks."""
     cupy = import_cupy()
-    _check("queries", queries, cupy, np.float32, (None, 3))
+    check_array(cupy, "queries", queries, np.float32, (None, 3))
     n = int(queries.shape[0])
     kx, ky, kz, kidx, cell_start = built if built is not None else build_grid(known, grid)
     out_dist = cupy.full((n, 3), np.nan, dtype=cupy.float32)
@@ -72,9 +62,9 @@ def three_nn(queries, known, grid: GridSpec, built=None):
 def three_interpolate(features, idx, weight):
     """features [M, C] float32, idx [N, 3] int32, weight [N, 3] float32 -> [N, C] float32."""
     cupy = import_cupy()
-    _check("features", features, cupy, np.float32, (None, None))
-    _check("idx", idx, cupy, np.int32, (None, 3))
-    _check("weight", weight, cupy, np.float32, (idx.shape[0], 3))
+    check_array(cupy, "features", features, np.float32, (None, None))
+    check_array(cupy, "idx", idx, np.int32, (None, 3))
+    check_array(cupy, "weight", weight, np.float32, (idx.shape[0], 3))
     n, c = int(idx.shape[0]), int(features.shape[1])
     out = cupy.full((n, c), np.nan, dtype=cupy.float32)
     if n * c:
@@ -86,9 +76,9 @@ def three_interpolate(features, idx, weight):
 def three_interpolate_backward(grad_out, idx, weight, m: int):
     """grad_out [N, C], idx [N, 3] int32, weight [N, 3] float32 -> grad_features [M, C] float32."""
     cupy = import_cupy()
-    _check("grad_out", grad_out, cupy, np.float32, (None, None))
-    _check("idx", idx, cupy, np.int32, (grad_out.shape[0], 3))
-    _check("weight", weight, cupy, np.float32, (grad_out.shape[0], 3))
+    check_array(cupy, "grad_out", grad_out, np.float32, (None, None))
+    check_array(cupy, "idx", idx, np.int32, (grad_out.shape[0], 3))
+    check_array(cupy, "weight", weight, np.float32, (grad_out.shape[0], 3))
     n, c = int(grad_out.shape[0]), int(grad_out.shape[1])
     grad = cupy.zeros((int(m), c), dtype=cupy.float32)
     if n * c:

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_array
 from .loader import get_kernel, import_cupy
 
 _CU = "voxel_pool.cu"
 THREADS = 256
 
 
-def _check(name: str, arr, cupy, dtype, ndim: int) -> None:
-    if not isinstance(arr, cupy.ndarray):
-        raise TypeError(f"{name}: expected a cupy.ndarray, got {type(arr).__name__}")
-    if arr.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got {arr.dtype}")
-    if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    if not arr.flags.c_contiguous:
-        raise ValueError(f"{name}: must be C-contiguous")
-
-
 def _check_intervals(cupy, order, starts, n: int) -> int:
-    _check("order", order, cupy, np.int64, 1)
-    _check("starts", starts, cupy, np.int64, 1)
+    check_array(cupy, "order", order, np.int64, (None,))
+    check_array(cupy, "starts", starts, np.int64, (None,))
     if order.shape[0] != n:
         raise ValueError(f"order: expected {n} entries, got {order.shape[0]}")
     if starts.shape[0] < 1:
@@ -34,7 +24,7 @@ def _check_intervals(cupy, order, starts, n: int) -> int:
 def pool_mean(features, order, starts):
     """features [N, C] float32, order [N] int64, starts [V+1] int64 -> means [V, C] float32."""
     cupy = import_cupy()
-    _check("features", features, cupy, np.float32, 2)
+    check_array(cupy, "features", features, np.float32, (None, None))
     n, c = int(features.shape[0]), int(features.shape[1])
     v = _check_intervals(cupy, order, starts, n)
     out = cupy.full((v, c), np.nan, dtype=cupy.float32)
@@ -47,7 +37,7 @@ def pool_mean(features, order, starts):
 def pool_max(values, order, starts):
     """values [N] float32 -> (max [V] float32, index of the first maximum [V] int64)."""
     cupy = import_cupy()
-    _check("values", values, cupy, np.float32, 1)
+    check_array(cupy, "values", values, np.float32, (None,))
     v = _check_intervals(cupy, order, starts, int(values.shape[0]))
     out = cupy.full(v, np.nan, dtype=cupy.float32)
     arg = cupy.full(v, -1, dtype=cupy.int64)

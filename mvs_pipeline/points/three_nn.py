@@ -24,6 +24,7 @@ from ..backend import resolve_backend
 from ..cpu import three_nn as cpu_nn
 from ..errors import MVSError
 from ..io.ply import PointCloud
+from .attributes import attribute_matrix, available_attributes, restore_attributes
 from .grid import GridSpec, choose_grid
 from .validate import array_module, as_points, gpu_free_bytes, gpu_memory_fallback, is_cupy_array, to_host
 
@@ -130,33 +131,6 @@ def three_interpolate_backward(grad_out, idx, weight, num_known: int, *, backend
 # Attribute transfer between clouds
 # ---------------------------------------------------------------------------------------------
 
-def _attribute_matrix(cloud: PointCloud, names: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """Stack the requested attributes as float32 columns; returns (matrix [M, C], [(name, width)])."""
-    cols, layout = [], []
-    for name in names:
-        if name == "normals":
-            values = cloud.normals
-        elif name == "colors":
-            values = cloud.colors
-        else:
-            values = cloud.extra.get(name)
-        if values is None:
-            raise MVSError(f"attribute '{name}' is not in the source cloud "
-                           f"(has: {', '.join(available_attributes(cloud)) or 'none'})")
-        values = np.asarray(values)
-        values = values.reshape(len(cloud), -1).astype(np.float32)
-        cols.append(values)
-        layout.append((name, values.shape[1]))
-    if not cols:
-        return np.zeros((len(cloud), 0), dtype=np.float32), []
-    return np.concatenate(cols, axis=1), layout
-
-
-def available_attributes(cloud: PointCloud) -> list[str]:
-    names = [n for n, v in (("normals", cloud.normals), ("colors", cloud.colors)) if v is not None]
-    return names + list(cloud.extra)
-
-
 def interpolate_attributes(source: PointCloud, target_xyz: np.ndarray, names: list[str] | None = None, *,
                            backend: str = "auto", eps: float = DEFAULT_EPS) -> PointCloud:
     """Cloud at `target_xyz` [N, 3] with `names` (default: all) of `source` interpolated from its
@@ -166,26 +140,8 @@ def interpolate_attributes(source: PointCloud, target_xyz: np.ndarray, names: li
     target_xyz = to_host(as_points(target_xyz, "target", allow_empty=True))
     dist, idx = three_nn(target_xyz, source.xyz, backend=backend)
     weight = inverse_distance_weights(dist, idx, eps)
-    matrix, layout = _attribute_matrix(source, names)
+    matrix, layout = attribute_matrix(source, names)
     values = three_interpolate(matrix, idx, weight, backend=backend) if layout else matrix[:0]
     out = PointCloud(xyz=np.asarray(target_xyz, dtype=np.float32))
-    col = 0
-    for name, width in layout:
-        block = values[:, col:col + width]
-        col += width
-        if name == "normals":
-            norm = np.linalg.norm(block, axis=1, keepdims=True)
-            out.normals = np.where(norm > 0, block / np.where(norm > 0, norm, 1), 0).astype(np.float32)
-        elif name == "colors":
-            out.colors = np.clip(np.rint(block), 0, 255).astype(np.uint8)
-        else:
-            dtype = np.asarray(source.extra[name]).dtype
-            column = block[:, 0] if width == 1 else block
-            if dtype.kind in "iub":
-                info = np.iinfo(dtype) if dtype.kind != "b" else None
-                column = np.rint(column)
-                if info is not None:
-                    column = np.clip(column, info.min, info.max)
-                column = column.astype(dtype)
-            out.extra[name] = column
+    restore_attributes(out, values, layout, source)
     return out

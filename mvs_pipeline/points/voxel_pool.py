@@ -24,6 +24,7 @@ from ..backend import resolve_backend
 from ..cpu import voxel_pool as cpu_vp
 from ..errors import MVSError
 from ..io.ply import PointCloud
+from .attributes import attribute_matrix, available_attributes, restore_attributes
 from .validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
 
 MAX_KEY = 2**62
@@ -140,32 +141,9 @@ def voxel_pool(xyz, features=None, voxel_size: float = 0.01, origin=None, *, bac
 
 def voxel_downsample(cloud: PointCloud, voxel_size: float, *, backend: str = "auto") -> PointCloud:
     """One point per occupied voxel with mean attributes and a `voxel_count` int32 channel."""
-    columns, layout = [], []
-    if cloud.normals is not None:
-        columns.append(np.asarray(cloud.normals, dtype=np.float32))
-        layout.append(("normals", 3))
-    if cloud.colors is not None:
-        columns.append(np.asarray(cloud.colors, dtype=np.float32))
-        layout.append(("colors", 3))
-    for name, values in cloud.extra.items():
-        values = np.asarray(values).reshape(len(cloud), -1).astype(np.float32)
-        columns.append(values)
-        layout.append((name, values.shape[1]))
-    features = np.concatenate(columns, axis=1) if columns else None
-    pooled = voxel_pool(cloud.xyz, features, voxel_size, backend=backend)
+    matrix, layout = attribute_matrix(cloud, available_attributes(cloud))
+    pooled = voxel_pool(cloud.xyz, matrix if layout else None, voxel_size, backend=backend)
     out = PointCloud(xyz=pooled.xyz)
-    col = 0
-    for name, width in layout:
-        block = pooled.features[:, col:col + width]
-        col += width
-        if name == "normals":
-            norm = np.linalg.norm(block, axis=1, keepdims=True)
-            out.normals = np.where(norm > 0, block / np.where(norm > 0, norm, 1), 0).astype(np.float32)
-        elif name == "colors":
-            out.colors = np.clip(np.rint(block), 0, 255).astype(np.uint8)
-        else:
-            dtype = np.asarray(cloud.extra[name]).dtype
-            column = block[:, 0] if width == 1 else block
-            out.extra[name] = np.rint(column).astype(dtype) if dtype.kind in "iu" else column
+    restore_attributes(out, pooled.features, layout, cloud, bool_as_fraction=True)
     out.extra["voxel_count"] = pooled.counts.astype(np.int32)
     return out

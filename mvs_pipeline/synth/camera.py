@@ -50,19 +50,19 @@ def intrinsics(width: int, height: int, focal_ratio: float) -> np.ndarray:
     return np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
 
 
-def look_at(center: np.ndarray, target: np.ndarray, roll: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """cam_from_world (R, t) for a camera at `center` looking at `target`, world z up.
+def look_at(center: np.ndarray, target: np.ndarray, roll: float = 0.0, up=WORLD_UP) -> tuple[np.ndarray, np.ndarray]:
+    """cam_from_world (R, t) for a camera at `center` looking at `target`.
 
-    `roll` (radians) turns the camera about its viewing axis. The view direction must not be
-    vertical.
+    `up` (world direction, default +z) points to the top of the image; `roll` (radians) then
+    turns the camera about its viewing axis. The view direction must not be parallel to `up`.
     """
     center = np.asarray(center, dtype=np.float64)
     forward = np.asarray(target, dtype=np.float64) - center
     forward /= np.linalg.norm(forward)
-    right = np.cross(forward, WORLD_UP)
+    right = np.cross(forward, np.asarray(up, dtype=np.float64))
     norm = np.linalg.norm(right)
     if norm < 1e-6:
-        raise ValueError("look_at: viewing direction is vertical, 'right' is undefined")
+        raise ValueError("look_at: viewing direction is parallel to 'up', 'right' is undefined")
     right /= norm
     down = np.cross(forward, right)
     c, s = np.cos(roll), np.sin(roll)
