@@ -4,7 +4,7 @@ fpsample's fastest exact CPU variant (bucket_fps_kdline_sampling), on surface-li
 
     python scripts/bench_fps.py                       # N = 1M, 4M, 16M x M = 1k, 10k, 100k
     python scripts/bench_fps.py --sizes 4M --samples 100k --json bench_fps.json
-    python scripts/bench_fps.py --methods gpu-tree --leaf-sizes 64,128,256 --blocks-per-sm 1,2
+    python scripts/bench_fps.py --methods gpu-tree --leaf-sizes 32,64,128 --blocks-per-sm 1,2 --threads 256,512,1024
 
 The one-block kernel costs the same per sample throughout, so it runs a probe of a few hundred
 samples and is extrapolated to M (marked `~`). Its probe indices must equal the first samples
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mvs_pipeline.cpu import fps as cpu_fps  # noqa: E402
+from mvs_pipeline.errors import MVSError  # noqa: E402
 
 H100_BANDWIDTH = 3.35e12  # B/s, HBM3 on an H100 SXM
 
@@ -63,12 +64,15 @@ def commit() -> str:
         return "unknown"
 
 
-def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm):
+def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm, threads=None):
     from mvs_pipeline.kernels import fps as kfps
 
+    kfps.fps_tree(xyz_gpu, 2, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
+                  threads=threads)  # compiles this kernel shape outside the timing
     cupy.cuda.Device().synchronize()
     t0 = time.perf_counter()
-    idx, _d2, info = kfps.fps_tree(xyz_gpu, m, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm)
+    idx, _d2, info = kfps.fps_tree(xyz_gpu, m, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
+                                   threads=threads)
     cupy.cuda.Device().synchronize()
     return time.perf_counter() - t0, idx.get(), info
 
@@ -115,6 +119,7 @@ def main() -> int:
                     help="any of gpu-tree, gpu-block, fpsample, cpu-tree (default: %(default)s)")
     ap.add_argument("--leaf-sizes", default="auto", help="gpu-tree leaf sizes to sweep, or auto")
     ap.add_argument("--blocks-per-sm", default="1", help="gpu-tree blocks per SM to sweep (default: %(default)s)")
+    ap.add_argument("--threads", default="auto", help="gpu-tree threads per block to sweep, or auto")
     ap.add_argument("--block-budget", type=float, default=3.0, help="seconds per one-block probe (default: %(default)s)")
     ap.add_argument("--cpu-max-points", type=str, default="16M", help="skip CPU methods above this N")
     ap.add_argument("--repeat", type=int, default=2, help="gpu-tree runs per setting, best kept (default: %(default)s)")
@@ -125,6 +130,7 @@ def main() -> int:
     methods = [m.strip() for m in args.methods.split(",")]
     leaf_sizes = [None] if args.leaf_sizes == "auto" else [int(v) for v in args.leaf_sizes.split(",")]
     blocks = [int(v) for v in args.blocks_per_sm.split(",")]
+    thread_counts = [None] if args.threads == "auto" else [int(v) for v in args.threads.split(",")]
     cpu_max = parse_count(args.cpu_max_points)
 
     cupy = None
@@ -164,14 +170,24 @@ def main() -> int:
             if "gpu-tree" in methods:
                 for leaf in leaf_sizes:
                     for bps in blocks:
-                        best, info = float("inf"), {}
-                        for _ in range(max(1, args.repeat)):
-                            t, idx, info = gpu_tree(cupy, xyz_gpu, m, leaf, bps)
-                            best = min(best, t)
-                        tree_idx = idx
-                        results.append((f"gpu tree leaf={info['leaf_size']} grid={info['grid']}", best,
-                                        f"{info['leaves_per_block']} leaves/block, work "
-                                        f"{100 * info['work_fraction']:.3f}% of N*M"))
+                        for threads in thread_counts:
+                            best, info = float("inf"), {}
+                            try:
+                                for _ in range(max(1, args.repeat)):
+                                    t, idx, info = gpu_tree(cupy, xyz_gpu, m, leaf, bps, threads)
+                                    best = min(best, t)
+                            except (ValueError, MVSError) as exc:  # a shape that does not fit: skip it
+                                print(f"{n:>9} {m:>8} skipped leaf={leaf} blocks/SM={bps} threads={threads}: {exc}")
+                                continue
+                            if tree_idx is not None and not np.array_equal(idx, tree_idx):
+                                k = int(np.argmax(idx != tree_idx))
+                                print(f"MISMATCH: gpu tree settings differ at sample {k} (N={n}, M={m})")
+                                return 1
+                            tree_idx = idx
+                            results.append((f"gpu tree leaf={info['leaf_size']} grid={info['grid']}x"
+                                            f"{info['threads']}", best,
+                                            f"{info['leaves_per_block']} leaves/block, work "
+                                            f"{100 * info['work_fraction']:.3f}% of N*M"))
             if "gpu-block" in methods:
                 est, bidx, probe = gpu_block_probe(cupy, xyz_gpu, m, args.block_budget)
                 note = f"~ extrapolated from {probe} samples" if probe < m else ""

@@ -208,6 +208,25 @@ def test_gpu_memory_fallback_decision(monkeypatch, caplog):
     assert validate.gpu_memory_fallback("small", 100, "auto") == "cuda"
 
 
+@pytest.mark.parametrize("grid, threads", [(132, 512), (264, 256), (108, 512)])
+def test_tree_auto_leaf_size_is_balanced_and_fits(grid, threads):
+    from mvs_pipeline.kernels import fps as kfps
+
+    for n in (1, 3000, 10**6, 4 * 10**6, 16 * 10**6, 50 * 10**6, kfps.TREE_MAX_POINTS - 1):
+        def balanced(leaf):
+            return leaf * leaf * grid * threads >= n * kfps.AUTO_LEAF_BALANCE
+
+        def fits(leaf):
+            leaves_per_block = -(-n // (leaf * grid))  # = ceil(ceil(n / leaf) / grid)
+            return (leaves_per_block * kfps.TREE_SHARED_BYTES_PER_LEAF <= kfps.AUTO_MAX_SHARED_BYTES
+                    and -(-leaves_per_block // threads) <= kfps.MAX_LEAVES_PER_THREAD)
+
+        leaf = kfps.choose_leaf_size(n, grid, threads)
+        assert kfps.MIN_LEAF_SIZE <= leaf <= 32 * kfps.MAX_POINTS_PER_LANE and leaf & (leaf - 1) == 0
+        assert fits(leaf) and balanced(leaf)
+        assert leaf == kfps.MIN_LEAF_SIZE or not (fits(leaf // 2) and balanced(leaf // 2))  # the smallest
+
+
 # ---------------------------------------------------------------------------------------------
 # CUDA
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +262,27 @@ def test_gpu_tree_kernel_matches_reference(cupy, name, leaf_size, blocks_per_sm)
     np.testing.assert_array_equal(idx.get(), ref_idx)
     np.testing.assert_array_equal(d2.get(), ref_d2)
     assert info["grid"] >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("leaf_size, blocks_per_sm, threads", [
+    (100, 1, 1024),  # 4 points per lane, the last lanes of each leaf idle
+    (512, 1, 64),    # the largest leaf: 16 points per lane
+    (1, 1, 64),      # 8 leaves per thread, some past the end of the cloud
+    (3, 2, 64),      # two polling warps with 5 slots per lane
+])
+def test_gpu_tree_kernel_shapes(cupy, leaf_size, blocks_per_sm, threads):
+    from mvs_pipeline.kernels import fps as kfps
+
+    xyz = sphere_cloud(40000, 9)
+    xyz[::7] = xyz[3]  # exact duplicates: ties and zero distances
+    m = 300
+    idx, d2, info = kfps.fps_tree(cupy.asarray(xyz), m, 5, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
+                                  threads=threads)
+    ref_idx, ref_d2 = fps_reference(xyz, m, 5)
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+    assert info["threads"] == threads and info["leaf_size"] == leaf_size
 
 
 @pytest.mark.gpu
