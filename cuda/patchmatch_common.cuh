@@ -157,16 +157,29 @@ struct TileRef {
     __device__ __forceinline__ float operator()(int x, int y) const { return tile[(y - y0) * pitch + (x - x0)]; }
 };
 
-// Only the weights live in registers; the values are re-read through `Ref` in the cost loop
-// (a shared-memory load in the solver kernels), which keeps register pressure down.
+// Only the weights are stored; the values are re-read through `Ref` in the cost loop (a
+// shared-memory load in the solver kernels). Two storages of the same window: RefWindow keeps
+// the weights in registers (init / debug kernels), SharedRefWindow in the block's shared
+// memory, which frees ~PM_WINDOW_SAMPLES registers per thread in the solver kernels.
 struct RefWindow {
     float rw[PM_WINDOW_SAMPLES];   // bilateral weight / sum of weights
     float mean, var, centre;       // weighted mean / variance of (intensity - centre intensity)
+    __device__ __forceinline__ float w(int k) const { return rw[k]; }
+    __device__ __forceinline__ void set_w(int k, float v) { rw[k] = v; }
 };
 
-template <class Ref>
+// Weight k of thread t at base[k * STRIDE + t]: consecutive threads hit consecutive banks.
+template <int STRIDE>
+struct SharedRefWindow {
+    float* base;                   // this thread's first weight (shared memory)
+    float mean, var, centre;
+    __device__ __forceinline__ float w(int k) const { return base[k * STRIDE]; }
+    __device__ __forceinline__ void set_w(int k, float v) { base[k * STRIDE] = v; }
+};
+
+template <class Ref, class Win>
 __device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, float sigma_spatial, float sigma_color,
-                                           RefWindow& win) {
+                                           Win& win) {
     const float centre = ref(x, y);
     const float inv_s = 1.0f / (2.0f * sigma_spatial * sigma_spatial);
     const float inv_c = 1.0f / (2.0f * sigma_color * sigma_color);
@@ -180,7 +193,7 @@ __device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, float s
             const float val = ref(x + dx, y + dy) - centre;
             // ACMM's weight form: exp(-|offset| / (2 sigma_s^2) - |dI| / (2 sigma_c^2))
             const float w = expf(-sqrtf((float)(dx * dx + dy * dy)) * inv_s - fabsf(val) * inv_c);
-            win.rw[r * PM_SAMPLES_PER_ROW + c] = w;
+            win.set_w(r * PM_SAMPLES_PER_ROW + c, w);
             wsum += w;
         }
     }
@@ -193,9 +206,10 @@ __device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, float s
             const int k = r * PM_SAMPLES_PER_ROW + c;
             const float val = ref(x - PM_WINDOW_RADIUS + c * PM_WINDOW_STEP, y - PM_WINDOW_RADIUS + r * PM_WINDOW_STEP)
                               - centre;
-            win.rw[k] *= inv;
-            mean = fmaf(win.rw[k], val, mean);
-            sq = fmaf(win.rw[k] * val, val, sq);
+            const float w = win.w(k) * inv;
+            win.set_w(k, w);
+            mean = fmaf(w, val, mean);
+            sq = fmaf(w * val, val, sq);
         }
     }
     win.mean = mean;
@@ -210,8 +224,8 @@ __device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, float s
 // curvature term), so the inner loop is one texture fetch and a few FMAs with no division and
 // no branch.
 // ---------------------------------------------------------------------------------------------
-template <class Ref>
-__device__ __forceinline__ float window_cost(const RefWindow& win, const Ref& ref, cudaTextureObject_t tex, float sw,
+template <class Ref, class Win>
+__device__ __forceinline__ float window_cost(const Win& win, const Ref& ref, cudaTextureObject_t tex, float sw,
                                              float sh, const float* Hm, int x, int y) {
     if (win.var < PM_MIN_VAR) return PM_COST_MAX;
     const float xc = x + 0.5f;
@@ -227,7 +241,10 @@ __device__ __forceinline__ float window_cost(const RefWindow& win, const Ref& re
     }
     if (!inside) return PM_COST_MAX;
     float s1 = 0.0f, s2 = 0.0f, s12 = 0.0f;
-#pragma unroll
+    // Two rows per loop trip, not the whole window: fully unrolled, the 36 fetches in flight
+    // took ~160 registers per thread (3 blocks per SM); unrolled by 2 the solver kernels fit in
+    // 80 and keep twice the warps resident, which hides the fetch latency better.
+#pragma unroll 2
     for (int r = 0; r < PM_SAMPLES_PER_ROW; ++r) {
         // row_coefficients of the CPU twin: x_src(dx) = bx + dx (ax + cx dx), one division per row
         const float yr = y + 0.5f + (float)(-PM_WINDOW_RADIUS + r * PM_WINDOW_STEP);
@@ -245,7 +262,7 @@ __device__ __forceinline__ float window_cost(const RefWindow& win, const Ref& re
             const float dx = (float)(-PM_WINDOW_RADIUS + c * PM_WINDOW_STEP);
             const float s = tex2D<float>(tex, fmaf(dx, fmaf(cx, dx, ax), bx), fmaf(dx, fmaf(cy, dx, ay), by))
                             - win.centre;
-            const float w = win.rw[r * PM_SAMPLES_PER_ROW + c];
+            const float w = win.w(r * PM_SAMPLES_PER_ROW + c);
             const float ws = w * s;
             s1 += ws;
             s2 = fmaf(ws, s, s2);
@@ -260,34 +277,49 @@ __device__ __forceinline__ float window_cost(const RefWindow& win, const Ref& re
     return fminf(PM_COST_MAX, fmaxf(0.0f, 1.0f - ncc));
 }
 
-// Per-source costs of hypothesis (n, depth) at pixel (x, y) into out[S]. With weights != nullptr
-// only sources of non-zero weight are scored (the others stay at PM_COST_MAX).
-template <class Ref>
-__device__ __forceinline__ void view_costs(const RefWindow& win, const Ref& ref, const PMSources& src, int x, int y,
-                                           float3 n, float depth, const unsigned char* weights, float* out) {
-    const float3 r = pixel_ray(src.K_inv, x, y);
+// The plane of hypothesis (n, depth at pixel (x, y)) as v = K_ref^-T n / d, the vector every
+// source's homography H_s = M_s - e_s v^T needs; false if the plane does not face the camera
+// (its costs are then PM_COST_MAX for every source).
+__device__ __forceinline__ bool plane_vector(const float* __restrict__ Ki, int x, int y, float3 n, float depth,
+                                             float3& v) {
+    const float3 r = pixel_ray(Ki, x, y);
     const float d = -(n.x * r.x + n.y * r.y + n.z * r.z) * depth;
     const bool valid = d > 0.0f && depth > 0.0f;
     const float invd = valid ? 1.0f / d : 0.0f;
-    const float* Ki = src.K_inv;
-    // v = K_ref^-T n / d
-    const float v0 = (Ki[0] * n.x + Ki[3] * n.y + Ki[6] * n.z) * invd;
-    const float v1 = (Ki[1] * n.x + Ki[4] * n.y + Ki[7] * n.z) * invd;
-    const float v2 = (Ki[2] * n.x + Ki[5] * n.y + Ki[8] * n.z) * invd;
+    v.x = (Ki[0] * n.x + Ki[3] * n.y + Ki[6] * n.z) * invd;
+    v.y = (Ki[1] * n.x + Ki[4] * n.y + Ki[7] * n.z) * invd;
+    v.z = (Ki[2] * n.x + Ki[5] * n.y + Ki[8] * n.z) * invd;
+    return valid;
+}
+
+// Cost of the (valid) plane v against source s.
+template <class Ref, class Win>
+__device__ __forceinline__ float view_cost(const Win& win, const Ref& ref, const PMSources& src, int s, float3 v,
+                                           int x, int y) {
+    const float* M = src.M + 9 * s;
+    const float* e = src.e + 3 * s;
+    float Hm[9];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        Hm[3 * i + 0] = M[3 * i + 0] - e[i] * v.x;
+        Hm[3 * i + 1] = M[3 * i + 1] - e[i] * v.y;
+        Hm[3 * i + 2] = M[3 * i + 2] - e[i] * v.z;
+    }
+    return window_cost(win, ref, (cudaTextureObject_t)src.tex[s], (float)src.size[2 * s], (float)src.size[2 * s + 1],
+                       Hm, x, y);
+}
+
+// Per-source costs of hypothesis (n, depth) at pixel (x, y) into out[S]. With weights != nullptr
+// only sources of non-zero weight are scored (the others stay at PM_COST_MAX).
+template <class Ref, class Win>
+__device__ __forceinline__ void view_costs(const Win& win, const Ref& ref, const PMSources& src, int x, int y,
+                                           float3 n, float depth, const unsigned char* weights, float* out) {
+    float3 v;
+    const bool valid = plane_vector(src.K_inv, x, y, n, depth, v);
     for (int s = 0; s < src.count; ++s) {
         out[s] = PM_COST_MAX;
         if (!valid || (weights != nullptr && weights[s] == 0)) continue;
-        const float* M = src.M + 9 * s;
-        const float* e = src.e + 3 * s;
-        float Hm[9];
-#pragma unroll
-        for (int i = 0; i < 3; ++i) {
-            Hm[3 * i + 0] = M[3 * i + 0] - e[i] * v0;
-            Hm[3 * i + 1] = M[3 * i + 1] - e[i] * v1;
-            Hm[3 * i + 2] = M[3 * i + 2] - e[i] * v2;
-        }
-        out[s] = window_cost(win, ref, (cudaTextureObject_t)src.tex[s], (float)src.size[2 * s], (float)src.size[2 * s + 1],
-                             Hm, x, y);
+        out[s] = view_cost(win, ref, src, s, v, x, y);
     }
 }
 

@@ -8,7 +8,7 @@ import pytest
 
 from mvs_pipeline.cpu import patchmatch as cpu
 from mvs_pipeline.patchmatch import PatchMatchParams, PatchMatchProblem, run_patchmatch
-from mvs_pipeline.patchmatch.packing import pack_params, padded_sources
+from mvs_pipeline.patchmatch.packing import pack_params, padded_sources, stored_source
 from mvs_pipeline.patchmatch.problem import source_matrices, validate_problem
 from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
 from mvs_pipeline.patchmatch.window import window_offsets
@@ -84,7 +84,7 @@ def _cost_ref(problem, s, x, y, n, depth, params):
     if (p[..., 2] <= 0).any():
         return 2.0
     sx, sy = p[..., 0] / p[..., 2], p[..., 1] / p[..., 2]
-    src = problem.src_images[s]
+    src = stored_source(problem.src_images[s])     # float16-rounded, as both backends store it
     if sx.min() < 0 or sy.min() < 0 or sx.max() > src.shape[1] or sy.max() > src.shape[0]:
         return 2.0
     svals = _bilinear_ref(src.astype(np.float64), sx, sy)
@@ -394,3 +394,22 @@ def test_init_inverse_depth_distribution(toy):
     lo, hi = 1 / toy.problem.depth_max, 1 / toy.problem.depth_min
     hist = np.histogram(inv, bins=5, range=(lo, hi))[0]
     assert hist.min() > 0.8 * hist.mean()   # uniform in inverse depth
+
+
+def test_sources_stored_as_float16_exact_for_grey_levels():
+    levels = np.arange(256, dtype=np.float32)
+    np.testing.assert_array_equal(stored_source(levels).astype(np.float32), levels)   # 8-bit input: lossless
+    vals = np.random.default_rng(6).uniform(0, 255, 10000).astype(np.float32)
+    got = stored_source(vals).astype(np.float64)
+    assert stored_source(vals).dtype == np.float16
+    assert (np.abs(got - vals) <= np.maximum(np.abs(vals), 2.0**-14) * 2.0**-11).all()
+    assert (got != vals).any()                                                       # it does round
+
+
+@pytest.mark.parametrize("num_refine,ok", [(5, True), (12, True), (4, False), (13, False)])
+def test_num_refine_limited_to_kernel_capacity(num_refine, ok):
+    from mvs_pipeline.patchmatch.params import MAX_NUM_REFINE  # noqa: PLC0415
+
+    assert MAX_NUM_REFINE == 12
+    problems = PatchMatchParams(num_refine=num_refine).check()
+    assert (not any("num_refine" in p for p in problems)) == ok, problems

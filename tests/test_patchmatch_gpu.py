@@ -209,6 +209,19 @@ def test_many_sources_and_odd_size(cupy):
     assert within > within_cpu - 0.1, (within, within_cpu)
 
 
+def test_refine_at_hypothesis_capacity(cupy, toy):
+    """num_refine = MAX_NUM_REFINE fills the kernel's per-thread hypothesis arrays exactly."""
+    from mvs_pipeline.patchmatch.params import MAX_NUM_REFINE  # noqa: PLC0415
+
+    params = PatchMatchParams(iterations=2, num_refine=MAX_NUM_REFINE)
+    a = run_patchmatch(toy.problem, params, backend="cuda", seed=3)
+    c = run_patchmatch(toy.problem, params, backend="cpu", seed=3)
+    assert np.isfinite(a.depth).all() and np.isfinite(a.cost).all()
+    assert (np.abs(a.depth - c.depth) / c.depth < 0.01).mean() > 0.80
+    with pytest.raises(MVSError, match="num_refine"):
+        run_patchmatch(toy.problem, dataclasses.replace(params, num_refine=MAX_NUM_REFINE + 1), backend="cuda")
+
+
 def test_out_of_memory_is_a_clear_error(cupy, toy):
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()

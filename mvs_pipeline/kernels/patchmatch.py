@@ -3,21 +3,23 @@
 CPU twin: mvs_pipeline/cpu/patchmatch.py (same stage functions, same RNG). Every launcher
 checks dtype, shape, contiguity and device of its arrays and casts scalars, naming the argument.
 
-Source images live in one 2D CUDA texture object each (float32, hardware bilinear filtering,
-clamp addressing, unnormalised coordinates): sources may differ in size, which rules out one
-layered texture. CUDA arrays are allocated outside CuPy's memory pool.
+Source images live in one 2D CUDA texture object each (float16 storage read as float32,
+hardware bilinear filtering, clamp addressing, unnormalised coordinates): sources may differ in
+size, which rules out one layered texture. CUDA arrays are allocated outside CuPy's memory pool.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..patchmatch.packing import stored_source
+from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
 from .loader import get_kernel, import_cupy
 
 CU = "patchmatch.cu"
 BLOCK_X = 16          # threads per block in x (covering 2 * BLOCK_X pixels of one colour)
-BLOCK_Y = 8           # default PM_BLOCK_Y; see the register note in patchmatch.cu
+BLOCK_Y = 8           # default PM_BLOCK_Y (4 is as fast, 16 is slower: see patchmatch.cu)
 LINEAR_BLOCK = 128    # debug kernels over N items
 NUM_CANDIDATES = 8
 
@@ -32,7 +34,7 @@ def views_capacity(num_sources: int) -> int:
 
 def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y) -> tuple[str, ...]:
     return (*window_compile_options(radius, step), f"-DPM_MAX_VIEWS={views_capacity(num_sources)}",
-            f"-DPM_BLOCK_Y={int(block_y)}")
+            f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}")
 
 
 def kernel(name: str, options: tuple[str, ...]):
@@ -53,7 +55,7 @@ def _check(cp, name: str, a, dtype, shape: tuple) -> None:
 
 
 class SourceTextures:
-    """One float32 2D texture per source image; keeps the CUDA arrays alive while in use."""
+    """One float16 2D texture per source image (packing.stored_source); keeps the CUDA arrays alive."""
 
     def __init__(self, images: list[np.ndarray]):
         cp = import_cupy()
@@ -65,9 +67,9 @@ class SourceTextures:
             if img.dtype != np.float32 or img.ndim != 2:
                 raise TypeError(f"images[{i}]: expected [H, W] float32, got {img.dtype} {img.shape}")
             h, w = img.shape
-            desc = tex.ChannelFormatDescriptor(32, 0, 0, 0, rt.cudaChannelFormatKindFloat)
+            desc = tex.ChannelFormatDescriptor(16, 0, 0, 0, rt.cudaChannelFormatKindFloat)
             arr = tex.CUDAarray(desc, w, h)
-            arr.copy_from(np.ascontiguousarray(img))
+            arr.copy_from(np.ascontiguousarray(stored_source(img)))       # [H, W] float16
             res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
             tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
                                           filterMode=rt.cudaFilterModeLinear, readMode=rt.cudaReadModeElementType,

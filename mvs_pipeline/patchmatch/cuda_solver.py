@@ -35,6 +35,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
     `memory` receives the device's used bytes (total - free, all processes) after the first
     pass, while every buffer and texture is allocated (key 'used_bytes').
     """
+    params.validate()   # num_refine must fit the kernel's hypothesis arrays
     cp = import_cupy()
     H, W = problem.shape
     S = problem.num_sources

@@ -23,6 +23,10 @@ from .window import MAX_SOURCE_VIEWS, SUPPORTED_WINDOW_RADII, check_window
 from ..errors import MVSError
 
 
+# Capacity of the GPU refinement kernel's per-thread hypothesis arrays (PM_MAX_REFINE).
+MAX_NUM_REFINE = 12
+
+
 @dataclass(frozen=True)
 class PatchMatchParams:
     window_radius: int = field(default=5, metadata=meta(
@@ -62,7 +66,7 @@ class PatchMatchParams:
         "view selection: Monte-Carlo samples drawn from the view probabilities", "samples", (1, 255)))
     num_refine: int = field(default=8, metadata=meta(
         "refinement hypotheses per pixel: ACMH's 5, then the normal alone turned by 4, 2, 1, ... x perturbation",
-        "hypotheses", (5, 12)))
+        "hypotheses", (5, MAX_NUM_REFINE)))
     perturbation: float = field(default=0.02, metadata=meta(
         "refinement: relative depth perturbation; normals turn by up to perturbation*pi/2 per axis",
         "fraction", (0.0, 1.0)))
@@ -75,6 +79,8 @@ class PatchMatchParams:
             check_window(self.window_radius, self.window_step)
         except MVSError as exc:
             problems.append(str(exc))
+        if not 5 <= self.num_refine <= MAX_NUM_REFINE:
+            problems.append(f"num_refine = {self.num_refine} is outside 5..{MAX_NUM_REFINE}")
         if self.init_top_k > MAX_SOURCE_VIEWS:
             problems.append(f"init_top_k = {self.init_top_k} exceeds {MAX_SOURCE_VIEWS}")
         if self.prior_selected <= 0 and self.prior_unselected <= 0:
@@ -96,4 +102,4 @@ class PatchMatchParams:
         return self.good_threshold * math.exp(-(iteration * iteration) / self.good_threshold_decay)
 
 
-__all__ = ["PatchMatchParams", "SUPPORTED_WINDOW_RADII"]
+__all__ = ["MAX_NUM_REFINE", "PatchMatchParams", "SUPPORTED_WINDOW_RADII"]
