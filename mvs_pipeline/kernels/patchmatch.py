@@ -15,6 +15,7 @@ import numpy as np
 from ..patchmatch.packing import stored_source
 from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
+from .checks import check_array
 from .loader import get_kernel, import_cupy
 
 CU = "patchmatch.cu"
@@ -39,19 +40,6 @@ def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLO
 
 def kernel(name: str, options: tuple[str, ...]):
     return get_kernel(CU, name, options)
-
-
-def _check(cp, name: str, a, dtype, shape: tuple) -> None:
-    if not isinstance(a, cp.ndarray):
-        raise TypeError(f"{name}: expected a cupy array on the GPU, got {type(a).__name__}")
-    if a.dtype != dtype:
-        raise TypeError(f"{name}: dtype {a.dtype}, expected {np.dtype(dtype)}")
-    if len(a.shape) != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
-        raise ValueError(f"{name}: shape {a.shape}, expected {shape} (None = any)")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name}: must be C-contiguous")
-    if a.device.id != cp.cuda.Device().id:
-        raise ValueError(f"{name}: lives on GPU {a.device.id}, current device is {cp.cuda.Device().id}")
 
 
 class SourceTextures:
@@ -127,15 +115,15 @@ def launch_init(dev: DeviceProblem, options, fparams, iparams, init_depth, init_
     """pm_init: random (or prior where init_depth > 0) hypotheses, initial cost and views."""
     cp = import_cupy()
     H, W = dev.height, dev.width
-    _check(cp, "plane", plane, np.float32, (H, W, 4))
-    _check(cp, "cost", cost, np.float32, (H, W))
-    _check(cp, "selected", selected, np.uint32, (H, W))
-    _check(cp, "fparams", fparams, np.float32, (11,))
-    _check(cp, "iparams", iparams, np.int32, (10,))
+    check_array(cp, "plane", plane, np.float32, (H, W, 4))
+    check_array(cp, "cost", cost, np.float32, (H, W))
+    check_array(cp, "selected", selected, np.uint32, (H, W))
+    check_array(cp, "fparams", fparams, np.float32, (11,))
+    check_array(cp, "iparams", iparams, np.int32, (10,))
     has_prior = init_depth is not None
     if has_prior:
-        _check(cp, "init_depth", init_depth, np.float32, (H, W))
-        _check(cp, "init_normal", init_normal, np.float32, (H, W, 3))
+        check_array(cp, "init_depth", init_depth, np.float32, (H, W))
+        check_array(cp, "init_normal", init_normal, np.float32, (H, W, 3))
     else:
         init_depth = cp.zeros(1, cp.float32)
         init_normal = cp.zeros(3, cp.float32)
@@ -149,10 +137,10 @@ def launch_propagate(dev: DeviceProblem, options, block_y, fparams, iparams, col
     """pm_propagate on one colour: adaptive checkerboard + joint view selection."""
     cp = import_cupy()
     H, W, S = dev.height, dev.width, dev.num_sources
-    _check(cp, "plane", plane, np.float32, (H, W, 4))
-    _check(cp, "cost", cost, np.float32, (H, W))
-    _check(cp, "selected", selected, np.uint32, (H, W))
-    _check(cp, "weights", weights, np.uint8, (S, H, W))
+    check_array(cp, "plane", plane, np.float32, (H, W, 4))
+    check_array(cp, "cost", cost, np.float32, (H, W))
+    check_array(cp, "selected", selected, np.uint32, (H, W))
+    check_array(cp, "weights", weights, np.uint8, (S, H, W))
     if color not in (0, 1):
         raise ValueError(f"color: {color}, expected 0 or 1")
     grid, block = _solver_grid(W, H, block_y)
@@ -165,9 +153,9 @@ def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color:
     """pm_refine on one colour: random/perturbed hypotheses scored with the stored view weights."""
     cp = import_cupy()
     H, W, S = dev.height, dev.width, dev.num_sources
-    _check(cp, "plane", plane, np.float32, (H, W, 4))
-    _check(cp, "cost", cost, np.float32, (H, W))
-    _check(cp, "weights", weights, np.uint8, (S, H, W))
+    check_array(cp, "plane", plane, np.float32, (H, W, 4))
+    check_array(cp, "cost", cost, np.float32, (H, W))
+    check_array(cp, "weights", weights, np.uint8, (S, H, W))
     if color not in (0, 1):
         raise ValueError(f"color: {color}, expected 0 or 1")
     grid, block = _solver_grid(W, H, block_y)
@@ -182,9 +170,9 @@ def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color:
 def debug_view_costs(dev: DeviceProblem, options, fparams, iparams, pixels, planes):
     """[N, S] float32 per-source costs of planes [N, 4] at pixels [N, 2] int32 (x, y)."""
     cp = import_cupy()
-    _check(cp, "pixels", pixels, np.int32, (None, 2))
+    check_array(cp, "pixels", pixels, np.int32, (None, 2))
     n = pixels.shape[0]
-    _check(cp, "planes", planes, np.float32, (n, 4))
+    check_array(cp, "planes", planes, np.float32, (n, 4))
     out = cp.full((n, dev.num_sources), cp.nan, dtype=cp.float32)     # poisoned
     if n:
         grid = ((n + LINEAR_BLOCK - 1) // LINEAR_BLOCK,)
@@ -196,7 +184,7 @@ def debug_view_costs(dev: DeviceProblem, options, fparams, iparams, pixels, plan
 def debug_candidates(options, cost, color: int):
     """[H, W, 8] int32 candidate pixel indices (-1 missing, -2 other colour) for a cost map."""
     cp = import_cupy()
-    _check(cp, "cost", cost, np.float32, (None, None))
+    check_array(cp, "cost", cost, np.float32, (None, None))
     H, W = cost.shape
     out = cp.full((H, W, NUM_CANDIDATES), 0x7FFFFFFF, dtype=cp.int32)   # poisoned
     grid = ((W + 15) // 16, (H + 15) // 16)
@@ -207,11 +195,11 @@ def debug_candidates(options, cost, color: int):
 def debug_select_views(options, fparams, iparams, cost_matrices, flags, priors, pixels, pass_id: int):
     """(weights [N, S] uint8, masks [N] uint32) from select_views on N independent inputs."""
     cp = import_cupy()
-    _check(cp, "cost_matrices", cost_matrices, np.float32, (None, NUM_CANDIDATES, None))
+    check_array(cp, "cost_matrices", cost_matrices, np.float32, (None, NUM_CANDIDATES, None))
     n, _, S = cost_matrices.shape
-    _check(cp, "flags", flags, np.uint8, (n, NUM_CANDIDATES))
-    _check(cp, "priors", priors, np.float32, (n, S))
-    _check(cp, "pixels", pixels, np.int32, (n,))
+    check_array(cp, "flags", flags, np.uint8, (n, NUM_CANDIDATES))
+    check_array(cp, "priors", priors, np.float32, (n, S))
+    check_array(cp, "pixels", pixels, np.int32, (n,))
     weights = cp.full((n, S), 0xFF, dtype=cp.uint8)                      # poisoned
     masks = cp.full((n,), 0xFFFFFFFF, dtype=cp.uint32)
     if n:
@@ -225,10 +213,10 @@ def debug_select_views(options, fparams, iparams, cost_matrices, flags, priors, 
 def debug_rng(options, seed: int, pixels, passes, draws):
     """(u32 [N], uniform [N]) of the device RNG for uint32 arrays pixels / passes / draws."""
     cp = import_cupy()
-    _check(cp, "pixels", pixels, np.uint32, (None,))
+    check_array(cp, "pixels", pixels, np.uint32, (None,))
     n = pixels.shape[0]
-    _check(cp, "passes", passes, np.uint32, (n,))
-    _check(cp, "draws", draws, np.uint32, (n,))
+    check_array(cp, "passes", passes, np.uint32, (n,))
+    check_array(cp, "draws", draws, np.uint32, (n,))
     out_u = cp.zeros(n, dtype=cp.uint32)
     out_f = cp.full(n, cp.nan, dtype=cp.float32)
     if n:
