@@ -8,11 +8,13 @@
 // 32 x PM_BLOCK_Y pixels (thread tx -> column 2 tx + ((y + color) & 1)), and first loads its
 // reference tile with a PM_WINDOW_RADIUS border into shared memory.
 //
-// Later passes hook in here: the geometric-consistency pass adds its term inside view_costs
-// (one place for every cost), and the init kernel already takes prior depth/normal maps.
+// Geometric passes (ACMM) add the weighted reprojection error through the sources' previous
+// depth maps to every per-source cost (full_cost); init takes prior depth/normal maps, and
+// pm_score rescores given hypotheses for the detail restorer.
 // The window constants come from mvs_pipeline/patchmatch/window.py; CI compiles these variants:
 // ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=8
 // ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_GEOM=1
 // ci-variant: -DPM_WINDOW_RADIUS=3 -DPM_WINDOW_STEP=1 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16
 #include "patchmatch_common.cuh"
 
@@ -62,9 +64,13 @@ __device__ __forceinline__ TileRef load_ref_tile(float* tile, const float* __res
 }
 
 __device__ __forceinline__ PMSources make_sources(const unsigned long long* tex, const int* size, const float* M,
-                                                  const float* e, const float* K_inv, int S) {
+                                                  const float* e, const float* K_inv, int S,
+                                                  const unsigned long long* depth_tex, const float* Minv,
+                                                  const float* fvec, const PMParams& p) {
     PMSources s;
     s.tex = tex; s.size = size; s.M = M; s.e = e; s.K_inv = K_inv; s.count = S;
+    s.depth_tex = depth_tex; s.Minv = Minv; s.f = fvec;
+    s.geom = p.geom; s.geom_weight = p.geom_weight; s.geom_cap = p.geom_cap;
     return s;
 }
 
@@ -72,14 +78,15 @@ __device__ __forceinline__ PMSources make_sources(const unsigned long long* tex,
 extern "C" __global__ void __launch_bounds__(256)
 pm_init(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
         const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
-        const float* __restrict__ K_inv, int S, const float* __restrict__ fparams, const int* __restrict__ iparams,
-        const float* __restrict__ init_depth, const float* __restrict__ init_normal, int has_prior,
+        const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
+        const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
+        const int* __restrict__ iparams, const float* __restrict__ init_depth, const float* __restrict__ init_normal, int has_prior,
         float4* __restrict__ plane, float* __restrict__ cost, unsigned int* __restrict__ selected) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= W || y >= H) return;
     const PMParams p = load_params(fparams, iparams);
-    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
     const int pix = y * W + x;
     const float3 r = pixel_ray(K_inv, x, y);
     float3 n;
@@ -114,7 +121,8 @@ pm_init(const float* __restrict__ ref, int W, int H, const unsigned long long* _
 extern "C" __global__ void __launch_bounds__(PM_BLOCK_THREADS, PM_MIN_BLOCKS)
 pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
              const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
-             const float* __restrict__ K_inv, int S, const float* __restrict__ fparams,
+             const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
+             const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
              const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane,
              float* __restrict__ cost, unsigned int* __restrict__ selected, unsigned char* __restrict__ weights) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
@@ -123,7 +131,7 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
     const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
     if (x >= W || y >= H) return;
     const PMParams p = load_params(fparams, iparams);
-    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
     const int pix = y * W + x;
 
 #if PM_RW_SHARED
@@ -159,7 +167,7 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
     // 20 sources: the two propagation launches of an iteration 21.0 -> 18.4 ms).
     for (int s = 0; s < S; ++s) {
         for (int i = 0; i < PM_NUM_CANDIDATES; ++i)
-            cmat[i][s] = cvalid[i] ? view_cost(win, tref, src, s, cv[i], x, y) : PM_COST_MAX;
+            cmat[i][s] = cvalid[i] ? full_cost(win, tref, src, s, cv[i], cdepth[i], x, y) : PM_COST_MAX;
     }
     // view-selection prior from the 4-neighbours' selected views
     float prior[PM_MAX_VIEWS];
@@ -202,8 +210,9 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
 extern "C" __global__ void __launch_bounds__(PM_BLOCK_THREADS, PM_MIN_BLOCKS)
 pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
           const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
-          const float* __restrict__ K_inv, int S, const float* __restrict__ fparams, const int* __restrict__ iparams,
-          int color, int pass, float4* __restrict__ plane, float* __restrict__ cost,
+          const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
+          const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
+          const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane, float* __restrict__ cost,
           const unsigned char* __restrict__ weights) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
     const TileRef tref = load_ref_tile(tile, ref, W, H);
@@ -211,7 +220,7 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
     const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
     if (x >= W || y >= H) return;
     const PMParams p = load_params(fparams, iparams);
-    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
     const unsigned int pix = y * W + x;
     const int HW = W * H;
     unsigned char wts[PM_MAX_VIEWS];
@@ -274,7 +283,7 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
         den += w;
         for (int h = 0; h < nh; ++h) {
             if (!((in_range >> h) & 1u)) continue;
-            const float c = ((valid >> h) & 1u) ? view_cost(win, tref, src, s, hv[h], x, y) : PM_COST_MAX;
+            const float c = ((valid >> h) & 1u) ? full_cost(win, tref, src, s, hv[h], hyp[h].w, x, y) : PM_COST_MAX;
             num[h] += w * c;
         }
     }
@@ -287,6 +296,34 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
     cost[pix] = best_cost;
 }
 
+// Weighted cost of given hypotheses planes [H, W] under view weights [S, H, W] (the detail
+// restorer rescoring the upsampled prior with the final weights; CPU twin: score_all).
+extern "C" __global__ void __launch_bounds__(256)
+pm_score(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
+         const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
+         const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
+         const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
+         const int* __restrict__ iparams, const float4* __restrict__ planes, const unsigned char* __restrict__ weights,
+         float* __restrict__ out) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H) return;
+    const PMParams p = load_params(fparams, iparams);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
+    const int pix = y * W + x;
+    const int HW = W * H;
+    unsigned char wts[PM_MAX_VIEWS];
+    for (int s = 0; s < S; ++s) wts[s] = weights[s * HW + pix];
+    GlobalRef gref;
+    gref.img = ref; gref.width = W; gref.height = H;
+    RefWindow win;
+    ref_window(gref, x, y, p.sigma_spatial, p.sigma_color, win);
+    float cvec[PM_MAX_VIEWS];
+    const float4 h = planes[pix];
+    view_costs(win, gref, src, x, y, make_float3(h.x, h.y, h.z), h.w, wts, cvec);
+    out[pix] = weighted_cost(cvec, wts, S);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Debug kernels: one stage each, same contracts as the CPU twin's debug_* functions.
 // ---------------------------------------------------------------------------------------------
@@ -296,13 +333,15 @@ extern "C" __global__ void pm_debug_view_costs(const float* __restrict__ ref, in
                                                const unsigned long long* __restrict__ tex, const int* __restrict__ size,
                                                const float* __restrict__ M, const float* __restrict__ e,
                                                const float* __restrict__ K_inv, int S,
+                                               const unsigned long long* __restrict__ depth_tex,
+                                               const float* __restrict__ Minv, const float* __restrict__ fvec,
                                                const float* __restrict__ fparams, const int* __restrict__ iparams,
                                                const int2* __restrict__ pixels, const float4* __restrict__ planes,
                                                int N, float* __restrict__ out) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= N) return;
     const PMParams p = load_params(fparams, iparams);
-    const PMSources src = make_sources(tex, size, M, e, K_inv, S);
+    const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
     const int2 px = pixels[j];
     GlobalRef gref;
     gref.img = ref; gref.width = W; gref.height = H;

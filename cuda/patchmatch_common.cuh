@@ -6,6 +6,7 @@
 //   PM_WINDOW_RADIUS, PM_WINDOW_STEP   the window variant (offsets -R, -R+step, ..., R)
 //   PM_MAX_SAMPLES_PER_ROW             the largest variant Python allows (checked below)
 //   PM_MAX_VIEWS                       capacity of the per-thread source arrays (8, 16 or 32)
+//   PM_GEOM                            1 for the geometric passes' variant (default 0)
 //
 // Conventions: a hypothesis is (unit normal n in the reference camera frame, z-depth at this
 // pixel's centre); pixel (x, y) has its centre at image coordinates (x + 0.5, y + 0.5), which
@@ -20,6 +21,9 @@
 #endif
 #ifndef PM_MAX_VIEWS
 #define PM_MAX_VIEWS 32
+#endif
+#ifndef PM_GEOM
+#define PM_GEOM 0   // 1: build the geometric-consistency term into every per-source cost
 #endif
 
 #define PM_SAMPLES_PER_ROW (2 * PM_WINDOW_RADIUS / PM_WINDOW_STEP + 1)
@@ -36,10 +40,10 @@ static_assert(PM_MAX_VIEWS >= 1 && PM_MAX_VIEWS <= 32, "selected_views is a 32-b
 // Packed parameters: same order as the F_* / I_* constants of the CPU twin.
 struct PMParams {
     float sigma_spatial, sigma_color, depth_min, depth_max, good_tau, bad_threshold, good_sigma,
-        fallback_sigma, prior_selected, prior_unselected, perturbation;
+        fallback_sigma, prior_selected, prior_unselected, perturbation, geom_weight, geom_cap;
     int radius, step, top_k, min_good, max_bad, samples, num_refine, inverse_depth;
     unsigned int seed;
-    int iteration;
+    int iteration, geom;
 };
 
 __device__ __forceinline__ PMParams load_params(const float* __restrict__ f, const int* __restrict__ i) {
@@ -47,9 +51,10 @@ __device__ __forceinline__ PMParams load_params(const float* __restrict__ f, con
     p.sigma_spatial = f[0]; p.sigma_color = f[1]; p.depth_min = f[2]; p.depth_max = f[3];
     p.good_tau = f[4]; p.bad_threshold = f[5]; p.good_sigma = f[6]; p.fallback_sigma = f[7];
     p.prior_selected = f[8]; p.prior_unselected = f[9]; p.perturbation = f[10];
+    p.geom_weight = f[11]; p.geom_cap = f[12];
     p.radius = i[0]; p.step = i[1]; p.top_k = i[2]; p.min_good = i[3]; p.max_bad = i[4];
     p.samples = i[5]; p.num_refine = i[6]; p.inverse_depth = i[7]; p.seed = (unsigned int)i[8];
-    p.iteration = i[9];
+    p.iteration = i[9]; p.geom = i[10];
     return p;
 }
 
@@ -61,6 +66,13 @@ struct PMSources {
     const float* __restrict__ e;                  // [S, 3] K_s t_s
     const float* __restrict__ K_inv;              // [9] K_ref^-1, row-major
     int count;
+    // Geometric passes (geom != 0): the sources' depth maps of the previous pass, and the
+    // way back from a source pixel to the reference (CPU twin: geom_cost).
+    const unsigned long long* __restrict__ depth_tex;  // [S] float32 textures, point filter, clamp
+    const float* __restrict__ Minv;               // [S, 9] M_s^-1 = K_ref R_s^T K_s^-1, row-major
+    const float* __restrict__ f;                  // [S, 3] M_s^-1 e_s = K_ref R_s^T t_s
+    int geom;
+    float geom_weight, geom_cap;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +321,48 @@ __device__ __forceinline__ float view_cost(const Win& win, const Ref& ref, const
                        Hm, x, y);
 }
 
+// Forward-backward reprojection error (px) of hypothesis depth at pixel (x, y) through source s,
+// capped at geom_cap (also for misses and empty source pixels): X = depth K_ref^-1 (u, v, 1)
+// lands at (us, vs) = proj(depth M (u, v, 1) + e); the source depth ds there (nearest texel)
+// sends ds K_s^-1 (us, vs, 1) back to proj(ds Minv (us, vs, 1) - f) in the reference.
+__device__ __forceinline__ float geom_cost(const PMSources& src, int s, int x, int y, float depth) {
+    const float* M = src.M + 9 * s;
+    const float* e = src.e + 3 * s;
+    const float u = x + 0.5f, v = y + 0.5f;
+    const float qx = depth * (M[0] * u + M[1] * v + M[2]) + e[0];
+    const float qy = depth * (M[3] * u + M[4] * v + M[5]) + e[1];
+    const float qz = depth * (M[6] * u + M[7] * v + M[8]) + e[2];
+    if (!(qz > 0.0f)) return src.geom_cap;
+    const float us = qx / qz, vs = qy / qz;
+    if (!(us >= 0.0f && us < (float)src.size[2 * s] && vs >= 0.0f && vs < (float)src.size[2 * s + 1]))
+        return src.geom_cap;
+    // point filtering: texel (floor(us), floor(vs)), as the twin's nearest pixel
+    const float ds = tex2D<float>((cudaTextureObject_t)src.depth_tex[s], us, vs);
+    if (!(ds > 0.0f)) return src.geom_cap;
+    const float* Mi = src.Minv + 9 * s;
+    const float* f = src.f + 3 * s;
+    const float px = ds * (Mi[0] * us + Mi[1] * vs + Mi[2]) - f[0];
+    const float py = ds * (Mi[3] * us + Mi[4] * vs + Mi[5]) - f[1];
+    const float pz = ds * (Mi[6] * us + Mi[7] * vs + Mi[8]) - f[2];
+    if (!(pz > 0.0f)) return src.geom_cap;
+    const float ex = px / pz - u, ey = py / pz - v;
+    return fminf(sqrtf(ex * ex + ey * ey), src.geom_cap);
+}
+
+// Photometric cost of the (valid) plane v against source s, plus in a geometric pass the
+// weighted reprojection error of its depth at this pixel.
+template <class Ref, class Win>
+__device__ __forceinline__ float full_cost(const Win& win, const Ref& ref, const PMSources& src, int s, float3 v,
+                                           float depth, int x, int y) {
+    float c = view_cost(win, ref, src, s, v, x, y);
+#if PM_GEOM
+    // compiled in only for geometric passes: the photometric kernels keep their 80 registers
+    // without spills (the geometric variant spills ~100 bytes in pm_propagate)
+    if (src.geom) c = fmaf(src.geom_weight, geom_cost(src, s, x, y, depth), c);
+#endif
+    return c;
+}
+
 // Per-source costs of hypothesis (n, depth) at pixel (x, y) into out[S]. With weights != nullptr
 // only sources of non-zero weight are scored (the others stay at PM_COST_MAX).
 template <class Ref, class Win>
@@ -319,7 +373,7 @@ __device__ __forceinline__ void view_costs(const Win& win, const Ref& ref, const
     for (int s = 0; s < src.count; ++s) {
         out[s] = PM_COST_MAX;
         if (!valid || (weights != nullptr && weights[s] == 0)) continue;
-        out[s] = view_cost(win, ref, src, s, v, x, y);
+        out[s] = full_cost(win, ref, src, s, v, depth, x, y);
     }
 }
 

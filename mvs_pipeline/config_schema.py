@@ -58,6 +58,31 @@ class ViewsConfig:
 
 
 @dataclass(frozen=True)
+class DepthConfig:
+    # The `depth` stage's orchestration (mvs_pipeline/depth.py, depth_passes.py): ACMM's scales and passes.
+    # The per-pass PatchMatch settings (geom_weight, geom_cap included) are the `patchmatch` section.
+    multi_scale: bool = field(default=True, metadata=meta(
+        "ACMM image pyramid: start at a coarse scale and upsample (false = finest scale only)"))
+    coarsest_max_size: int = field(default=1000, metadata=meta(
+        "halve the images until the long side is at most this; that is the coarsest scale", "px", (32, 100000)))
+    geometric_passes: int = field(default=2, metadata=meta(
+        "geometric-consistency passes per scale after the photometric one (ACMM 2)", "passes", (0, 10)))
+    jbu_radius: int = field(default=2, metadata=meta(
+        "joint bilateral upsampling window half size on the coarser map (2 = 5x5)", "px (coarse)", (1, 5)))
+    jbu_sigma_spatial: float = field(default=1.0, metadata=meta(
+        "joint bilateral upsampling: spatial Gaussian sigma", "px (coarse)", (0.05, 100.0)))
+    jbu_sigma_range: float = field(default=25.5, metadata=meta(
+        "joint bilateral upsampling: Gaussian sigma on fine-image intensity differences", "grey levels", (0.1, 1000.0)))
+    detail_margin: float | None = field(default=0.1, metadata=meta(
+        "detail restorer: at a finer scale a pixel leaves its upsampled hypothesis only if the new one's "
+        "photometric cost is lower by more than this (null = always take the new one)", "cost", (0.0, 2.0)))
+    filter_median: bool = field(default=True, metadata=meta(
+        "post-filter the final depth maps with a median over checkerboard neighbours"))
+    filter_max_cost: float | None = field(default=None, metadata=meta(
+        "post-filter: drop final depths whose aggregated cost exceeds this (null = keep all)", "cost", (0.0, 10.0)))
+
+
+@dataclass(frozen=True)
 class FusionConfig:
     # Rules in mvs_pipeline/fusion.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
     max_reproj_error: float = field(default=2.0, metadata=meta(
@@ -142,6 +167,7 @@ class PipelineConfig:
     load: LoadConfig = field(default_factory=LoadConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     patchmatch: PatchMatchParams = field(default_factory=PatchMatchParams)
+    depth: DepthConfig = field(default_factory=DepthConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

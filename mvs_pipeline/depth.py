@@ -1,19 +1,25 @@
-"""The `depth` stage: PatchMatch per reference view, maps written into OUT/stereo/.
+"""The `depth` stage: ACMM multi-scale PatchMatch with geometric consistency, maps into OUT/stereo/.
 
-This version runs single-scale photometric PatchMatch (ACMH); multi-scale and geometric passes
-(ACMM) come later and will write `.geometric.bin` maps beside these. Layout (COLMAP's, so COLMAP
-and our fusion read it; image names may contain sub-folders):
-    stereo/depth_maps/<image name>.photometric.bin     [H, W] float32 z-depth (m), 0 = none
-    stereo/normal_maps/<image name>.photometric.bin    [H, W, 3] float32 camera frame
-    stereo/cost_maps/<image name>.photometric.bin      [H, W] float32 aggregated 1-NCC (ours)
-    stereo/previews/<image name>.{depth,normal,cost}.png
-A view counts as done when its depth, normal and cost maps all exist; each file is written
-atomically, so an interrupted run redoes at most the view it was working on.
+For each pass of `depth_passes.plan_passes` (coarsest scale first) and each view with sources:
+    photometric pass, coarsest scale   random initialisation (ACMH)
+    photometric pass, finer scale      start from the coarser scale's last maps upsampled by
+                                       joint bilateral upsampling; detail restorer
+    geometric pass                     start from this view's previous pass; the sources' depth
+                                       maps of the previous pass add the reprojection term
+The finest scale's last pass is post-filtered (median over checkerboard neighbours, optional
+cost threshold) and written as `<name>.geometric.bin` (`.photometric.bin` without geometric
+passes), which is what fusion reads. Previews of the final maps go to stereo/previews/.
+
+Resume: a (pass, view) is done when its depth, normal and cost maps exist; each file is
+written atomically and depth last, so an interrupted run redoes at most one view of one pass.
+Every pass reads only files of earlier passes and draws from a seed fixed per (pass, view), so a
+resumed run writes the same maps as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -22,33 +28,25 @@ import numpy as np
 from tqdm import tqdm
 
 from .config_schema import PipelineConfig
+from .depth_passes import DepthPass, plan_passes, scaled_K, scaled_size
 from .errors import MVSError
-from .io.colmap_maps import write_depth_map, write_normal_map, write_previews
+from .io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map, write_previews
 from .patchmatch import PatchMatchProblem, run_patchmatch
+from .scale_ops import jbu_upsample, postfilter_depth
 from .scene import Scene
 from .views import ViewSelection
 
 log = logging.getLogger(__name__)
 
-MAP_TYPE = "photometric"
-
-
-def map_path(out_dir: Path, kind: str, name: str, map_type: str = MAP_TYPE) -> Path:
-    """kind: depth | normal | cost."""
-    return Path(out_dir) / "stereo" / f"{kind}_maps" / f"{name}.{map_type}.bin"
-
 
 class GreyImageCache:
-    """Decoded grey images (float32, 0..255) of the most recently used views."""
+    """Decoded grey images (float32, 0..255) per (view, scale), most recently used kept."""
 
     def __init__(self, scene: Scene, capacity: int = 64):
         self.scene, self.capacity = scene, capacity
-        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
-    def get(self, view_idx: int) -> np.ndarray:
-        if view_idx in self._cache:
-            self._cache.move_to_end(view_idx)
-            return self._cache[view_idx]
+    def _full(self, view_idx: int) -> np.ndarray:
         view = self.scene.views[view_idx]
         pixels = cv2.imread(str(view.image_path), cv2.IMREAD_GRAYSCALE)
         if pixels is None:
@@ -56,56 +54,181 @@ class GreyImageCache:
         if pixels.shape != (view.height, view.width):
             raise MVSError(f"{view.image_path}: image '{view.name}' is {pixels.shape[1]}x{pixels.shape[0]} px "
                            f"but its camera says {view.width}x{view.height}")
-        grey = pixels.astype(np.float32)
-        self._cache[view_idx] = grey
+        return pixels.astype(np.float32)
+
+    def get(self, view_idx: int, scale: int = 0) -> np.ndarray:
+        key = (view_idx, scale)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        if scale == 0:
+            grey = self._full(view_idx)
+        else:
+            view = self.scene.views[view_idx]
+            # area averaging: each halving sees every pixel once (no aliasing of fine texture)
+            grey = cv2.resize(self._full(view_idx), scaled_size(view.width, view.height, scale),
+                              interpolation=cv2.INTER_AREA)
+        self._cache[key] = grey
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return grey
 
 
-def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageCache) -> PatchMatchProblem:
-    """Reference + its selected sources with relative poses x_src = R x_ref + t."""
+class MapCache:
+    """Depth maps of earlier passes read back from disk, most recently used kept (the sources of a
+    geometric pass overlap heavily from one reference view to the next)."""
+
+    def __init__(self, capacity: int = 64):
+        self.capacity = capacity
+        self._cache: OrderedDict[Path, np.ndarray] = OrderedDict()
+
+    def depth(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
+        if path in self._cache:
+            self._cache.move_to_end(path)
+            return self._cache[path]
+        if not path.is_file():
+            raise MVSError(f"{path}: depth map of {what} is missing (delete stereo/ or run with --overwrite)")
+        d = read_depth_map(path)
+        if d.shape != tuple(expected_shape):
+            raise MVSError(f"{path}: depth map of {what} is {d.shape[1]}x{d.shape[0]} px, expected "
+                           f"{expected_shape[1]}x{expected_shape[0]} for this scale: maps from another "
+                           f"configuration; rerun the depth stage with --overwrite")
+        self._cache[path] = d
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return d
+
+
+def view_size(scene: Scene, view_idx: int, scale: int) -> tuple[int, int]:
+    v = scene.views[view_idx]
+    return scaled_size(v.width, v.height, scale)
+
+
+def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageCache, scale: int = 0,
+                  ) -> PatchMatchProblem:
+    """Reference + its selected sources at pyramid `scale`, relative poses x_src = R x_ref + t."""
     rv = scene.views[ref]
     srcs = sel.neighbors[ref]
     R = np.stack([scene.views[s].R @ rv.R.T for s in srcs])  # [S, 3, 3]
     t = np.stack([scene.views[s].t - R[i] @ rv.t for i, s in enumerate(srcs)])  # [S, 3]
     lo, hi = sel.depth_ranges[ref]
+    ref_size = view_size(scene, ref, scale)
+    src_sizes = [view_size(scene, s, scale) for s in srcs]
+    K_src = np.stack([scaled_K(scene.views[s].K, scene.views[s].width, scene.views[s].height, size)
+                      for s, size in zip(srcs, src_sizes)])
     return PatchMatchProblem(
-        ref_image=images.get(ref), src_images=[images.get(s) for s in srcs],
-        K_ref=rv.K, K_src=np.stack([scene.views[s].K for s in srcs]), R_src_from_ref=R, t_src_from_ref=t,
+        ref_image=images.get(ref, scale), src_images=[images.get(s, scale) for s in srcs],
+        K_ref=scaled_K(rv.K, rv.width, rv.height, ref_size), K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=float(lo), depth_max=float(hi),
-        ref_camera_size=(rv.width, rv.height), src_camera_sizes=[(scene.views[s].width, scene.views[s].height) for s in srcs],
-        name=f"image '{rv.name}'")
+        ref_camera_size=ref_size, src_camera_sizes=src_sizes,
+        name=f"image '{rv.name}'" + (f" (scale 1/{2 ** scale})" if scale else ""))
 
 
-def view_done(out_dir: Path, name: str) -> bool:
-    return all(map_path(out_dir, k, name).is_file() for k in ("depth", "normal", "cost"))
+def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass,
+                 previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str
+                 ) -> tuple[PatchMatchProblem, float | None]:
+    """Fill the problem's prior and source depth maps for this pass; returns the restore margin."""
+    name = scene.views[ref].name
+    if previous is None:
+        return problem, None
+    what = f"image '{name}' ({previous.id})"
+    prev_size = view_size(scene, ref, previous.scale)
+    prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
+    prev_normal = read_normal_map(previous.map_path("normal", name))
+    if prev_normal.shape != (*prev_depth.shape, 3):
+        raise MVSError(f"{previous.map_path('normal', name)}: normal map of {what} does not match its depth map "
+                       f"{prev_depth.shape}; rerun the depth stage with --overwrite")
+    if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
+        d = cfg.depth
+        problem.init_depth, problem.init_normal = jbu_upsample(
+            prev_depth, prev_normal, problem.ref_image, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
+            sigma_range=d.jbu_sigma_range, backend=backend)
+        return problem, d.detail_margin
+    problem.init_depth, problem.init_normal = prev_depth, prev_normal
+    problem.src_depths = [
+        maps.depth(previous.map_path("depth", scene.views[s].name), view_size(scene, s, pss.scale)[::-1],
+                   f"source image '{scene.views[s].name}' ({previous.id})")
+        for s in sel.neighbors[ref]]
+    return problem, None
 
 
 def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str,
         overwrite: bool = False, progress: bool = True) -> dict:
-    """Compute the photometric maps of every view that has sources; returns counts."""
+    """Run every pass of the plan for every view with sources; returns counts and timings."""
     out_dir = Path(out_dir)
     todo = [i for i in range(scene.num_views) if sel.neighbors[i]]
+    # A geometric pass reads every source's previous maps: a source without sources of its own
+    # has none, so it is dropped from every pass's source list (then the reference may have none).
+    sel = _restrict_sources(sel, set(todo))
+    todo = [i for i in todo if sel.neighbors[i]]
     skipped = scene.num_views - len(todo)
     if skipped:
-        log.warning("depth: %d view(s) without source views get no depth map", skipped)
-    done = [i for i in todo if not overwrite and view_done(out_dir, scene.views[i].name)]
-    if done:
-        log.info("depth: %d of %d views already have maps; resuming", len(done), len(todo))
+        log.warning("depth: %d view(s) without usable source views get no depth map", skipped)
+    max_side = max(max(v.width, v.height) for v in scene.views)
+    passes = plan_passes(cfg.depth, out_dir / "stereo", max_side)
+    log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     images = GreyImageCache(scene)
-    computed, valid_pixels = 0, 0
-    for ref in tqdm([i for i in todo if i not in set(done)], desc="depth (PatchMatch)", unit="view",
-                    disable=not progress):
-        name = scene.views[ref].name
-        result = run_patchmatch(build_problem(scene, sel, ref, images), cfg.patchmatch, backend=backend,
-                                seed=cfg.seed + ref)
-        write_normal_map(map_path(out_dir, "normal", name), result.normal)
-        write_depth_map(map_path(out_dir, "cost", name), result.cost)  # one channel, same layout as depth
-        write_previews(out_dir / "stereo" / "previews" / name, result.depth, result.normal, result.cost,
-                       depth_range=tuple(sel.depth_ranges[ref]))
-        write_depth_map(map_path(out_dir, "depth", name), result.depth)  # last: with the others it marks the view done
-        computed += 1
-        valid_pixels += int((result.depth > 0).sum())
-    return {"depth_views": len(todo), "depth_views_computed": computed, "depth_views_resumed": len(done),
-            "depth_valid_pixels_computed": valid_pixels}
+    maps = MapCache()
+    computed, resumed, valid_pixels = 0, 0, 0
+    seconds: dict[str, float] = {}
+    for pss in passes:
+        previous = _previous_pass(passes, pss)
+        pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
+        resumed += len(todo) - len(pending)
+        if not pending:
+            log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
+            continue
+        start = time.perf_counter()
+        for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
+            name = scene.views[ref].name
+            problem = build_problem(scene, sel, ref, images, pss.scale)
+            problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend)
+            seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
+            result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin)
+            depth = result.depth
+            if pss.final:
+                depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
+                                         backend=backend)
+            _write_maps(pss, name, depth, result.normal, result.cost)
+            if pss.final:
+                write_previews(out_dir / "stereo" / "previews" / name, depth, result.normal, result.cost,
+                               depth_range=tuple(sel.depth_ranges[ref]))
+                valid_pixels += int((depth > 0).sum())
+            computed += 1
+        seconds[pss.id] = time.perf_counter() - start
+    return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
+            "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid_pixels,
+            "depth_pass_seconds": seconds}
+
+
+def _max_cost(cfg: PipelineConfig) -> float:
+    return float("inf") if cfg.depth.filter_max_cost is None else float(cfg.depth.filter_max_cost)
+
+
+def _previous_pass(passes: list[DepthPass], pss: DepthPass) -> DepthPass | None:
+    return passes[pss.index - 1] if pss.index > 0 else None
+
+
+def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:
+    """The selection with every view's sources limited to views in `with_maps`, repeated until
+    stable (dropping a view's last source removes it from `with_maps` too)."""
+    neighbors = [list(n) for n in sel.neighbors]
+    scores = [list(s) for s in sel.scores]
+    while True:
+        changed = False
+        for i in range(len(neighbors)):
+            keep = [k for k, s in enumerate(neighbors[i]) if s in with_maps]
+            if len(keep) != len(neighbors[i]):
+                neighbors[i] = [neighbors[i][k] for k in keep]
+                scores[i] = [scores[i][k] for k in keep]
+                changed = True
+            if not neighbors[i]:
+                with_maps.discard(i)
+        if not changed:
+            return ViewSelection(neighbors=neighbors, scores=scores, depth_ranges=sel.depth_ranges)
+
+
+def _write_maps(pss: DepthPass, name: str, depth: np.ndarray, normal: np.ndarray, cost: np.ndarray) -> None:
+    write_normal_map(pss.map_path("normal", name), normal)
+    write_depth_map(pss.map_path("cost", name), cost)      # one channel, same layout as depth
+    write_depth_map(pss.map_path("depth", name), depth)    # last: with the others it marks the view done

@@ -8,7 +8,7 @@ import pytest
 
 from mvs_pipeline.cpu import patchmatch as cpu
 from mvs_pipeline.patchmatch import PatchMatchParams, PatchMatchProblem, run_patchmatch
-from mvs_pipeline.patchmatch.packing import pack_params, padded_sources, stored_source
+from mvs_pipeline.patchmatch.packing import geometry_arrays, pack_params, padded_sources, stored_source
 from mvs_pipeline.patchmatch.problem import source_matrices, validate_problem
 from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
 from mvs_pipeline.patchmatch.window import window_offsets
@@ -105,7 +105,7 @@ def _twin_costs(problem, params, pixels, planes):
     K_inv, M, e = source_matrices(p)
     f, i = pack_params(params, p, 0, 0)
     out = np.full((len(pixels), p.num_sources), np.nan)
-    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, f, i, pixels.astype(np.int64),
+    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i, pixels.astype(np.int64),
                          planes.astype(np.float64), out)
     return out
 

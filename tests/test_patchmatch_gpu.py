@@ -15,7 +15,7 @@ import pytest
 from mvs_pipeline.cpu import patchmatch as cpu
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.patchmatch import PatchMatchParams, PatchMatchProblem, run_patchmatch
-from mvs_pipeline.patchmatch.packing import pack_params, padded_sources
+from mvs_pipeline.patchmatch.packing import geometry_arrays, pack_params, padded_sources
 from mvs_pipeline.patchmatch.problem import source_matrices, validate_problem
 from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
 
@@ -83,7 +83,7 @@ def test_view_costs_match_cpu(cupy, toy, radius, step):
     srcs, sizes = padded_sources(p)
     K_inv, M, e = source_matrices(p)
     want = np.zeros_like(got, dtype=np.float64)
-    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, f, i, pixels.astype(np.int64),
+    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i, pixels.astype(np.int64),
                          planes.astype(np.float64), want)
     assert np.isfinite(got).all()
     # the in/out decision may flip only for windows touching the source border (float32 corners)

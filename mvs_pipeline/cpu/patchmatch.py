@@ -37,9 +37,10 @@ NUM_CANDIDATES = 8
 # Index constants of the packed parameter arrays (kept in step with patchmatch_common.cuh's
 # PMParams by `pack_params`).
 F_SIGMA_SPATIAL, F_SIGMA_COLOR, F_DEPTH_MIN, F_DEPTH_MAX, F_GOOD_TAU, F_BAD, F_GOOD_SIGMA, \
-    F_FALLBACK_SIGMA, F_PRIOR_SEL, F_PRIOR_UNSEL, F_PERTURB = range(11)
+    F_FALLBACK_SIGMA, F_PRIOR_SEL, F_PRIOR_UNSEL, F_PERTURB, F_GEOM_WEIGHT, F_GEOM_CAP = range(13)
 I_RADIUS, I_STEP, I_TOP_K, I_MIN_GOOD, I_MAX_BAD, I_SAMPLES, I_NUM_REFINE, I_INV_DEPTH, I_SEED, \
-    I_ITER = range(10)
+    I_ITER, I_GEOM = range(11)
+NUM_FPARAMS, NUM_IPARAMS = 13, 11
 
 # RNG pass ids: init is pass 0; iteration k, colour c uses 1 + 4k + 2c (propagate) and
 # 2 + 4k + 2c (refine). Draw ids within a pass are fixed per use (see each function).
@@ -264,15 +265,52 @@ def window_cost(rv, rw, mean_r, var_r, centre, src, sw, sh, Hm, x, y, radius, st
     return min(COST_MAX, max(0.0, 1.0 - ncc))
 
 
+@njit(cache=True, inline="always")
+def geom_cost(gdepth, sw, sh, M, e, Minv, f, x, y, depth, cap):
+    """Forward-backward reprojection error (px) of this pixel's hypothesis through one source.
+
+    ACMM's geometric consistency: X = depth K_ref^-1 (u, v, 1) projects to (us, vs) in the
+    source; the source's own depth map (nearest pixel, as the GPU's point-filtered texture)
+    gives ds there; ds K_src^-1 (us, vs, 1) projected back into the reference lands at (u', v');
+    the cost is |(u', v') - (u, v)| capped at `cap` (also for misses and empty source pixels).
+    With M = K_src R K_ref^-1, e = K_src t: depth * M (u, v, 1) + e projects X, and with
+    Minv = M^-1, f = Minv e: ds * Minv (us, vs, 1) - f projects the source point back.
+    """
+    u = x + 0.5
+    v = y + 0.5
+    qx = depth * (M[0, 0] * u + M[0, 1] * v + M[0, 2]) + e[0]
+    qy = depth * (M[1, 0] * u + M[1, 1] * v + M[1, 2]) + e[1]
+    qz = depth * (M[2, 0] * u + M[2, 1] * v + M[2, 2]) + e[2]
+    if not qz > 0.0:
+        return cap
+    us = qx / qz
+    vs = qy / qz
+    if not (us >= 0.0 and us < sw and vs >= 0.0 and vs < sh):
+        return cap
+    ds = gdepth[int(math.floor(vs)), int(math.floor(us))]
+    if not ds > 0.0:
+        return cap
+    px = ds * (Minv[0, 0] * us + Minv[0, 1] * vs + Minv[0, 2]) - f[0]
+    py = ds * (Minv[1, 0] * us + Minv[1, 1] * vs + Minv[1, 2]) - f[1]
+    pz = ds * (Minv[2, 0] * us + Minv[2, 1] * vs + Minv[2, 2]) - f[2]
+    if not pz > 0.0:
+        return cap
+    err = math.sqrt((px / pz - u) ** 2 + (py / pz - v) ** 2)
+    return min(err, cap)
+
+
 @njit(cache=True)
-def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, nx, ny, nz, depth,
-               radius, step, weights, all_views, out, Hm):
+def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               nx, ny, nz, depth, weights, all_views, out, Hm):
     """Per-source costs of hypothesis (n, depth) at pixel (x, y) into out [S].
 
     With all_views False, sources whose weight is 0 are skipped (left at COST_MAX): the
-    refinement and the current hypothesis only need the weighted ones.
+    refinement and the current hypothesis only need the weighted ones. In a geometric pass
+    (iparams[I_GEOM]) each scored source adds F_GEOM_WEIGHT x geom_cost; geo = (source depth
+    maps [S, Hmax, Wmax], Minv [S, 3, 3], f [S, 3]).
     """
     S = srcs.shape[0]
+    radius, step = iparams[I_RADIUS], iparams[I_STEP]
     r0, r1, r2 = pixel_ray(K_inv, x, y)
     d = -(nx * r0 + ny * r1 + nz * r2) * depth
     for s in range(S):
@@ -283,6 +321,8 @@ def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, nx
     v0 = (K_inv[0, 0] * nx + K_inv[1, 0] * ny + K_inv[2, 0] * nz) / d
     v1 = (K_inv[0, 1] * nx + K_inv[1, 1] * ny + K_inv[2, 1] * nz) / d
     v2 = (K_inv[0, 2] * nx + K_inv[1, 2] * ny + K_inv[2, 2] * nz) / d
+    geom = iparams[I_GEOM] != 0
+    gdepths, Minv, fvec = geo
     for s in range(S):
         if not all_views and weights[s] == 0:
             continue
@@ -290,8 +330,12 @@ def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, nx
             Hm[i, 0] = M[s, i, 0] - e[s, i] * v0
             Hm[i, 1] = M[s, i, 1] - e[s, i] * v1
             Hm[i, 2] = M[s, i, 2] - e[s, i] * v2
-        out[s] = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
-                             x, y, radius, step)
+        c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
+                        x, y, radius, step)
+        if geom:
+            c += fparams[F_GEOM_WEIGHT] * geom_cost(gdepths[s], sizes[s, 0], sizes[s, 1], M[s], e[s], Minv[s],
+                                                    fvec[s], x, y, depth, fparams[F_GEOM_CAP])
+        out[s] = c
 
 
 # ------------------------------------------------------------------------------------------
@@ -430,7 +474,7 @@ def weighted_cost(costs, weights):
 # ------------------------------------------------------------------------------------------
 
 @njit(cache=True)
-def init_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, init_depth, init_normal, has_prior,
+def init_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth, init_normal, has_prior,
                x, y, plane, cost, selected, rv, rw, cvec, Hm, ones):
     H, W = ref.shape
     radius, step = iparams[I_RADIUS], iparams[I_STEP]
@@ -459,8 +503,8 @@ def init_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, init_depth, init
     plane[y, x, 2] = nz
     plane[y, x, 3] = depth
     mean_r, var_r = ref_window(ref, x, y, radius, step, fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
-    view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, x, y, nx, ny, nz, depth,
-               radius, step, ones, True, cvec, Hm)
+    view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               nx, ny, nz, depth, ones, True, cvec, Hm)
     cost[y, x], selected[y, x] = top_k_cost(cvec, iparams[I_TOP_K])
 
 
@@ -487,7 +531,7 @@ def top_k_cost(cvec, top_k):
 
 
 @njit(cache=True)
-def propagate_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x, y,
+def propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
                     plane, cost, selected, weights_map, rv, rw, cand, cmat, flags, prior, probs, wts, cvec, Hm):
     H, W = ref.shape
     S = srcs.shape[0]
@@ -509,8 +553,8 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x,
         nx, ny, nz, dq = plane[qy, qx, 0], plane[qy, qx, 1], plane[qy, qx, 2], plane[qy, qx, 3]
         dp = transfer_depth(K_inv, nx, ny, nz, dq, qx, qy, x, y)
         cdepth[i] = dp
-        view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, nx, ny, nz, dp,
-                   radius, step, wts, True, cmat[i], Hm)
+        view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               nx, ny, nz, dp, wts, True, cmat[i], Hm)
     # view-selection prior from the 4-neighbours' selected views (ACMM: 0.9 / 0.1 per neighbour)
     for s in range(S):
         prior[s] = 0.0
@@ -530,8 +574,8 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x,
     mask = select_views(cmat, flags, prior, fparams, iparams, iparams[I_SEED], y * W + x, pass_id, probs, wts)
     # current hypothesis, re-scored with the new weights
     nx, ny, nz, depth = plane[y, x, 0], plane[y, x, 1], plane[y, x, 2], plane[y, x, 3]
-    view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, nx, ny, nz, depth,
-               radius, step, wts, False, cvec, Hm)
+    view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               nx, ny, nz, depth, wts, False, cvec, Hm)
     best_cost = weighted_cost(cvec, wts)
     best = -1
     for i in range(NUM_CANDIDATES):
@@ -555,7 +599,7 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x,
 
 
 @njit(cache=True)
-def refine_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x, y,
+def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
                  plane, cost, weights_map, rv, rw, cvec, Hm):
     """Try ACMH's 5 refinement hypotheses (+ extra normal-only ones); keep any that lowers the cost.
 
@@ -607,8 +651,8 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x, y,
                                         rng_uniform(seed, pixel, pass_id, base + 2), scale, r0, r1, r2)
         if not (hd >= dmin and hd <= dmax):
             continue
-        view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, x, y, hx, hy, hz, hd,
-                   radius, step, wts, False, cvec, Hm)
+        view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               hx, hy, hz, hd, wts, False, cvec, Hm)
         c = weighted_cost(cvec, wts)
         if c < best_cost:
             best_cost = c
@@ -630,7 +674,7 @@ def _window_len(iparams):
 
 
 @njit(parallel=True, cache=True)
-def init_all(ref, srcs, sizes, K_inv, M, e, fparams, iparams, init_depth, init_normal, has_prior,
+def init_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth, init_normal, has_prior,
              plane, cost, selected):
     H, W = ref.shape
     S = srcs.shape[0]
@@ -642,12 +686,12 @@ def init_all(ref, srcs, sizes, K_inv, M, e, fparams, iparams, init_depth, init_n
         Hm = np.empty((3, 3))
         ones = np.ones(S, dtype=np.uint8)
         for x in range(W):
-            init_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, init_depth, init_normal, has_prior,
+            init_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth, init_normal, has_prior,
                        x, y, plane, cost, selected, rv, rw, cvec, Hm, ones)
 
 
 @njit(parallel=True, cache=True)
-def propagate_color(ref, srcs, sizes, K_inv, M, e, fparams, iparams, color, pass_id,
+def propagate_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color, pass_id,
                     plane, cost, selected, weights_map):
     H, W = ref.shape
     S = srcs.shape[0]
@@ -664,13 +708,13 @@ def propagate_color(ref, srcs, sizes, K_inv, M, e, fparams, iparams, color, pass
         cvec = np.empty(S)
         Hm = np.empty((3, 3))
         for x in range((y + color) & 1, W, 2):
-            propagate_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x, y,
+            propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
                             plane, cost, selected, weights_map, rv, rw, cand, cmat, flags, prior, probs,
                             wts, cvec, Hm)
 
 
 @njit(parallel=True, cache=True)
-def refine_color(ref, srcs, sizes, K_inv, M, e, fparams, iparams, color, pass_id, plane, cost, weights_map):
+def refine_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color, pass_id, plane, cost, weights_map):
     H, W = ref.shape
     S = srcs.shape[0]
     n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
@@ -680,8 +724,32 @@ def refine_color(ref, srcs, sizes, K_inv, M, e, fparams, iparams, color, pass_id
         cvec = np.empty(S)
         Hm = np.empty((3, 3))
         for x in range((y + color) & 1, W, 2):
-            refine_pixel(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pass_id, x, y,
+            refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
                          plane, cost, weights_map, rv, rw, cvec, Hm)
+
+
+@njit(parallel=True, cache=True)
+def score_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, plane, weights_map, out):
+    """out [H, W] = weighted cost of the hypotheses plane [H, W, 4] under view weights [H, W, S].
+
+    The detail restorer compares an upsampled hypothesis with the refined one under the same
+    (final) view weights; a pixel with depth <= 0 scores COST_MAX.
+    """
+    H, W = ref.shape
+    S = srcs.shape[0]
+    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    for y in prange(H):
+        rv = np.empty(n * n)
+        rw = np.empty(n * n)
+        cvec = np.empty(S)
+        Hm = np.empty((3, 3))
+        for x in range(W):
+            wts = weights_map[y, x]
+            mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP], fparams[F_SIGMA_SPATIAL],
+                                       fparams[F_SIGMA_COLOR], rv, rw)
+            view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+                       plane[y, x, 0], plane[y, x, 1], plane[y, x, 2], plane[y, x, 3], wts, False, cvec, Hm)
+            out[y, x] = weighted_cost(cvec, wts)
 
 
 # ------------------------------------------------------------------------------------------
@@ -689,7 +757,7 @@ def refine_color(ref, srcs, sizes, K_inv, M, e, fparams, iparams, color, pass_id
 # ------------------------------------------------------------------------------------------
 
 @njit(parallel=True, cache=True)
-def debug_view_costs(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pixels, planes, out):
+def debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixels, planes, out):
     """out [N, S] = per-source costs of planes [N, 4] (nx, ny, nz, depth) at pixels [N, 2] (x, y)."""
     N = pixels.shape[0]
     S = srcs.shape[0]
@@ -702,9 +770,8 @@ def debug_view_costs(ref, srcs, sizes, K_inv, M, e, fparams, iparams, pixels, pl
         x, y = pixels[j, 0], pixels[j, 1]
         mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP], fparams[F_SIGMA_SPATIAL],
                                    fparams[F_SIGMA_COLOR], rv, rw)
-        view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, x, y,
-                   planes[j, 0], planes[j, 1], planes[j, 2], planes[j, 3],
-                   iparams[I_RADIUS], iparams[I_STEP], ones, True, out[j], Hm)
+        view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+                   planes[j, 0], planes[j, 1], planes[j, 2], planes[j, 3], ones, True, out[j], Hm)
 
 
 @njit(cache=True)

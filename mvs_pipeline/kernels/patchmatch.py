@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cpu.patchmatch import NUM_FPARAMS, NUM_IPARAMS
 from ..patchmatch.packing import stored_source
 from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
@@ -33,9 +34,11 @@ def views_capacity(num_sources: int) -> int:
     raise ValueError(f"num_sources = {num_sources} exceeds {MAX_SOURCE_VIEWS}")
 
 
-def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y) -> tuple[str, ...]:
+def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y, geom: bool = False
+                    ) -> tuple[str, ...]:
+    """-D options of one kernel variant; geom=True builds the geometric-consistency term in."""
     return (*window_compile_options(radius, step), f"-DPM_MAX_VIEWS={views_capacity(num_sources)}",
-            f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}")
+            f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}", f"-DPM_GEOM={int(bool(geom))}")
 
 
 def kernel(name: str, options: tuple[str, ...]):
@@ -73,33 +76,75 @@ class SourceTextures:
         self.arrays.clear()
 
 
+class DepthTextures:
+    """One float32 2D texture per source depth map, point filtering (the nearest texel, as the
+    CPU twin's geom_cost reads it), clamp addressing, unnormalised coordinates."""
+
+    def __init__(self, depths: list[np.ndarray]):
+        cp = import_cupy()
+        tex = cp.cuda.texture
+        rt = cp.cuda.runtime
+        self.arrays, self.objects = [], []
+        for i, d in enumerate(depths):
+            if d.dtype != np.float32 or d.ndim != 2:
+                raise TypeError(f"src_depths[{i}]: expected [H, W] float32, got {d.dtype} {d.shape}")
+            h, w = d.shape
+            desc = tex.ChannelFormatDescriptor(32, 0, 0, 0, rt.cudaChannelFormatKindFloat)
+            arr = tex.CUDAarray(desc, w, h)
+            arr.copy_from(np.ascontiguousarray(d))
+            res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
+            tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
+                                          filterMode=rt.cudaFilterModePoint, readMode=rt.cudaReadModeElementType,
+                                          normalizedCoords=0)
+            self.arrays.append(arr)
+            self.objects.append(tex.TextureObject(res, tdesc))
+        self.handles = cp.asarray(np.array([o.ptr for o in self.objects], dtype=np.uint64))   # [S]
+
+    def release(self) -> None:
+        self.objects.clear()
+        self.arrays.clear()
+
+
 class DeviceProblem:
-    """A validated PatchMatchProblem on the GPU: reference image, source textures, matrices."""
+    """A validated PatchMatchProblem on the GPU: reference image, source textures, matrices, and
+    for a geometric pass the sources' depth maps as textures."""
 
     def __init__(self, problem, K_inv: np.ndarray, M: np.ndarray, e: np.ndarray):
         cp = import_cupy()
+        S = problem.num_sources
         self.height, self.width = problem.shape
-        self.num_sources = problem.num_sources
+        self.num_sources = S
         self.ref = cp.asarray(problem.ref_image, dtype=cp.float32)                          # [H, W]
         self.textures = SourceTextures(problem.src_images)
         self.K_inv = cp.asarray(np.asarray(K_inv, np.float32).reshape(9))                   # [9]
-        self.M = cp.asarray(np.asarray(M, np.float32).reshape(self.num_sources, 9))         # [S, 9]
-        self.e = cp.asarray(np.asarray(e, np.float32).reshape(self.num_sources, 3))         # [S, 3]
+        self.M = cp.asarray(np.asarray(M, np.float32).reshape(S, 9))                        # [S, 9]
+        self.e = cp.asarray(np.asarray(e, np.float32).reshape(S, 3))                        # [S, 3]
+        Minv = np.linalg.inv(np.asarray(M, np.float64).reshape(S, 3, 3))
+        self.Minv = cp.asarray(Minv.astype(np.float32).reshape(S, 9))                       # [S, 9]
+        self.f = cp.asarray(np.einsum("sij,sj->si", Minv, np.asarray(e, np.float64).reshape(S, 3))
+                            .astype(np.float32))                                             # [S, 3]
+        self.geom = problem.src_depths is not None
+        self.depths = DepthTextures(problem.src_depths) if self.geom else None
+        self.depth_handles = self.depths.handles if self.geom else cp.zeros(S, dtype=cp.uint64)
 
     def source_args(self) -> tuple:
-        """(ref, W, H, tex, size, M, e, K_inv, S): the leading arguments of every solver kernel."""
+        """(ref, W, H, tex, size, M, e, K_inv, S, depth_tex, Minv, f): the leading arguments of
+        every solver kernel."""
         return (self.ref, np.int32(self.width), np.int32(self.height), self.textures.handles, self.textures.sizes,
-                self.M, self.e, self.K_inv, np.int32(self.num_sources))
+                self.M, self.e, self.K_inv, np.int32(self.num_sources), self.depth_handles, self.Minv, self.f)
 
     def release(self) -> None:
         self.textures.release()
+        if self.depths is not None:
+            self.depths.release()
 
 
 def device_params(fparams: np.ndarray, iparams: np.ndarray):
     """Packed parameters (CPU twin's F_* / I_* order) as float32 / int32 device arrays."""
     cp = import_cupy()
-    if fparams.shape != (11,) or iparams.shape != (10,):
-        raise ValueError(f"fparams / iparams: shapes {fparams.shape} / {iparams.shape}, expected (11,) / (10,)")
+    if fparams.shape != (NUM_FPARAMS,) or iparams.shape != (NUM_IPARAMS,):
+        raise ValueError(f"fparams / iparams: shapes {fparams.shape} / {iparams.shape}, "
+                         f"expected ({NUM_FPARAMS},) / ({NUM_IPARAMS},)")
     i32 = iparams.astype(np.int64)
     i32[8] = ((i32[8] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000   # seed: same 32 bits, read as uint32
     return cp.asarray(fparams.astype(np.float32)), cp.asarray(i32.astype(np.int32))
@@ -118,8 +163,8 @@ def launch_init(dev: DeviceProblem, options, fparams, iparams, init_depth, init_
     check_array(cp, "plane", plane, np.float32, (H, W, 4))
     check_array(cp, "cost", cost, np.float32, (H, W))
     check_array(cp, "selected", selected, np.uint32, (H, W))
-    check_array(cp, "fparams", fparams, np.float32, (11,))
-    check_array(cp, "iparams", iparams, np.int32, (10,))
+    check_array(cp, "fparams", fparams, np.float32, (NUM_FPARAMS,))
+    check_array(cp, "iparams", iparams, np.int32, (NUM_IPARAMS,))
     has_prior = init_depth is not None
     if has_prior:
         check_array(cp, "init_depth", init_depth, np.float32, (H, W))
@@ -161,6 +206,17 @@ def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color:
     grid, block = _solver_grid(W, H, block_y)
     kernel("pm_refine", options)(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color),
                                                np.int32(pass_id), plane, cost, weights))
+
+
+def launch_score(dev: DeviceProblem, options, fparams, iparams, planes, weights, out):
+    """pm_score: out [H, W] = weighted cost of planes [H, W, 4] under weights [S, H, W]."""
+    cp = import_cupy()
+    H, W, S = dev.height, dev.width, dev.num_sources
+    check_array(cp, "planes", planes, np.float32, (H, W, 4))
+    check_array(cp, "weights", weights, np.uint8, (S, H, W))
+    check_array(cp, "out", out, np.float32, (H, W))
+    grid = ((W + 15) // 16, (H + 15) // 16)
+    kernel("pm_score", options)(grid, (16, 16), (*dev.source_args(), fparams, iparams, planes, weights, out))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Single-scale photometric PatchMatch (ACMH): public, array-level API.
+"""PatchMatch (ACMH photometric, ACMM geometric passes): public, array-level API.
 
     result = run_patchmatch(problem, PatchMatchParams(), backend="auto", seed=0)
 
@@ -20,8 +20,13 @@ log = logging.getLogger(__name__)
 
 
 def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
-                   backend: str = "auto", seed: int = 0) -> PatchMatchResult:
-    """Validate `problem` and `params`, then run PatchMatch on the resolved backend."""
+                   backend: str = "auto", seed: int = 0, restore_margin: float | None = None) -> PatchMatchResult:
+    """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
+
+    A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
+    error). `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a
+    pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
+    """
     from ..backend import resolve_backend  # noqa: PLC0415 (keeps config loading light)
 
     params = params or PatchMatchParams()
@@ -31,10 +36,10 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     if which == "cuda":
         from .cuda_solver import solve_cuda  # noqa: PLC0415
 
-        return solve_cuda(clean, params, seed)
+        return solve_cuda(clean, params, seed, restore_margin=restore_margin)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
-    return solve_cpu(clean, params, seed)
+    return solve_cpu(clean, params, seed, restore_margin=restore_margin)
 
 
 __all__ = ["PatchMatchParams", "PatchMatchProblem", "PatchMatchResult", "run_patchmatch", "validate_problem",

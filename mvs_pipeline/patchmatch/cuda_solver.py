@@ -13,6 +13,7 @@ from ..cpu import patchmatch as cpu
 from ..errors import MVSError
 from ..kernels import patchmatch as kpm
 from ..kernels.loader import import_cupy
+from .cpu_solver import restore_details
 from .packing import pack_params
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
@@ -27,8 +28,8 @@ def _is_oom(cp, exc: BaseException) -> bool:
 
 
 def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
-               block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None
-               ) -> PatchMatchResult:
+               block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None,
+               restore_margin: float | None = None) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
 
     `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>');
@@ -39,7 +40,8 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
     cp = import_cupy()
     H, W = problem.shape
     S = problem.num_sources
-    options = kpm.compile_options(params.window_radius, params.window_step, S, block_y)
+    options = kpm.compile_options(params.window_radius, params.window_step, S, block_y,
+                                  geom=problem.src_depths is not None)
     dev = None
     try:
         K_inv, M, e = source_matrices(problem)
@@ -63,6 +65,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
         mark("start")
         f, i = kpm.device_params(*pack_params(params, problem, 0, seed))
         kpm.launch_init(dev, options, f, i, init_depth, init_normal, plane, cost, selected)
+        prior_plane = plane.copy() if init_depth is not None else None
         mark("init")
         if memory is not None:
             cp.cuda.Device().synchronize()
@@ -76,6 +79,11 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 kpm.launch_refine(dev, options, block_y, f, i, color, cpu.refine_pass(it, color),
                                   plane, cost, weights)
             mark(f"iteration_{it}")
+        if restore_margin is not None and prior_plane is not None and params.iterations > 0:
+            prior_cost = cp.empty((H, W), dtype=cp.float32)
+            kpm.launch_score(dev, options, f, i, prior_plane, weights, prior_cost)
+            restore_details(plane, cost, prior_plane, prior_cost, init_depth > 0, restore_margin)
+            mark("restore")
         plane_h = cp.asnumpy(plane)
         result = PatchMatchResult(depth=np.ascontiguousarray(plane_h[..., 3]),
                                   normal=np.ascontiguousarray(plane_h[..., :3]),

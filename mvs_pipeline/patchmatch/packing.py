@@ -15,7 +15,7 @@ from .problem import PatchMatchProblem
 
 def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration: int, seed: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    f = np.zeros(11, dtype=np.float64)
+    f = np.zeros(cpu.NUM_FPARAMS, dtype=np.float64)
     f[cpu.F_SIGMA_SPATIAL] = params.sigma_spatial
     f[cpu.F_SIGMA_COLOR] = params.sigma_color
     f[cpu.F_DEPTH_MIN] = problem.depth_min
@@ -27,7 +27,9 @@ def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration:
     f[cpu.F_PRIOR_SEL] = params.prior_selected
     f[cpu.F_PRIOR_UNSEL] = params.prior_unselected
     f[cpu.F_PERTURB] = params.perturbation_at(iteration)
-    i = np.zeros(10, dtype=np.int64)
+    f[cpu.F_GEOM_WEIGHT] = params.geom_weight
+    f[cpu.F_GEOM_CAP] = params.geom_cap
+    i = np.zeros(cpu.NUM_IPARAMS, dtype=np.int64)
     i[cpu.I_RADIUS] = params.window_radius
     i[cpu.I_STEP] = params.window_step
     i[cpu.I_TOP_K] = params.init_top_k
@@ -38,6 +40,7 @@ def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration:
     i[cpu.I_INV_DEPTH] = int(params.init_inverse_depth)
     i[cpu.I_SEED] = int(seed) & 0xFFFFFFFF
     i[cpu.I_ITER] = iteration
+    i[cpu.I_GEOM] = int(problem.src_depths is not None)
     return f, i
 
 
@@ -62,3 +65,24 @@ def padded_sources(problem: PatchMatchProblem) -> tuple[np.ndarray, np.ndarray]:
         stack[k, :img.shape[0], :img.shape[1]] = stored_source(img)
         sizes[k] = (img.shape[1], img.shape[0])
     return stack, sizes
+
+
+def geometry_arrays(problem: PatchMatchProblem, M: np.ndarray, e: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the geometric term needs, as the CPU twin takes it: (source depth maps stacked into
+    [S, Hmax, Wmax] float32 with zero padding, Minv = M^-1 [S, 3, 3], f = Minv e [S, 3]).
+
+    Without source depth maps (a photometric pass) the depth stack is a [S, 1, 1] zero
+    placeholder; Minv and f are computed either way (cheap, and the GPU always takes them).
+    """
+    S = problem.num_sources
+    Minv = np.linalg.inv(M)
+    f = np.einsum("sij,sj->si", Minv, e)
+    if problem.src_depths is None:
+        return np.zeros((S, 1, 1), np.float32), Minv, f
+    hmax = max(d.shape[0] for d in problem.src_depths)
+    wmax = max(d.shape[1] for d in problem.src_depths)
+    stack = np.zeros((S, hmax, wmax), dtype=np.float32)
+    for k, d in enumerate(problem.src_depths):
+        stack[k, :d.shape[0], :d.shape[1]] = d
+    return stack, Minv, f

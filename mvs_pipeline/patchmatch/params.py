@@ -72,6 +72,11 @@ class PatchMatchParams:
         "fraction", (0.0, 1.0)))
     perturbation_decay: float = field(default=1.0, metadata=meta(
         "refinement: the perturbation is multiplied by this after every iteration", "factor", (0.01, 1.0)))
+    geom_weight: float = field(default=0.2, metadata=meta(
+        "geometric passes: cost = photometric + geom_weight * min(reprojection error, geom_cap) (ACMM 0.2)",
+        "cost per px", (0.0, 10.0)))
+    geom_cap: float = field(default=3.0, metadata=meta(
+        "geometric passes: forward-backward reprojection errors are capped here (ACMM 3)", "px", (0.01, 100.0)))
 
     def check(self) -> list[str]:
         problems = []

@@ -29,6 +29,9 @@ class PatchMatchProblem:
     # start from (init_depth, init_normal) instead of a random plane.
     init_depth: np.ndarray | None = None    # [H, W] float32, 0 = no prior
     init_normal: np.ndarray | None = None   # [H, W, 3] float32, camera frame, facing the camera
+    # Geometric pass: each source's depth map from the previous pass (same size as its image,
+    # 0 = no depth); None = photometric pass.
+    src_depths: list[np.ndarray] | None = None
     # Optional camera sizes (width, height) as the sparse model states them; when given, the
     # images must have exactly these sizes.
     ref_camera_size: tuple[int, int] | None = None
@@ -173,9 +176,21 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
         if not (np.isfinite(init_depth).all() and np.isfinite(init_normal).all()):
             raise MVSError(f"{name}: init_depth / init_normal contain NaN or infinite values")
 
+    src_depths = None
+    if problem.src_depths is not None:
+        if len(problem.src_depths) != S:
+            raise MVSError(f"{name}: {len(problem.src_depths)} source depth maps for {S} sources")
+        src_depths = []
+        for i, (d, img) in enumerate(zip(problem.src_depths, srcs)):
+            d = np.ascontiguousarray(d, dtype=np.float32)
+            if d.shape != img.shape:
+                raise MVSError(f"{name}: src_depths[{i}] has shape {d.shape} but src_images[{i}] has {img.shape}: "
+                               f"depth maps from another pass or scale")
+            src_depths.append(np.where(np.isfinite(d) & (d > 0), d, 0).astype(np.float32))
+
     return PatchMatchProblem(
         ref_image=ref, src_images=srcs, K_ref=K_ref, K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
-        depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal,
+        depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
         ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
 
 
