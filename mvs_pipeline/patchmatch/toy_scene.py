@@ -20,6 +20,7 @@ class ToyScene:
     problem: PatchMatchProblem
     gt_depth: np.ndarray    # [H, W] float32
     gt_normal: np.ndarray   # [H, W, 3] float32, reference camera frame, facing the camera
+    src_gt_depths: list[np.ndarray]   # S x [H, W] float32 z-depth of each source view (0 = sky)
 
 
 def _look_at(centre: np.ndarray, target: np.ndarray, up=np.array([0.0, -1.0, 0.0])) -> tuple[np.ndarray, np.ndarray]:
@@ -111,13 +112,14 @@ def make_toy_scene(width: int = 160, height: int = 120, num_sources: int = 4, se
     target = np.array([0.0, 0.0, 4.5])
     R_ref, t_ref = _look_at(np.zeros(3), target)
     ref_img, ref_depth, ref_nrm_w = _render(K, R_ref, t_ref, width, height, planes, textures)
-    srcs, Ks, Rs, ts = [], [], [], []
+    srcs, Ks, Rs, ts, src_depths = [], [], [], [], []
     for k in range(num_sources):
         ang = 2 * np.pi * (k + 0.25) / num_sources
         centre = baseline * np.array([np.cos(ang), 0.5 * np.sin(ang), 0.0]) + np.array([0, 0, 0.1 * (k % 2)])
         R_s, t_s = _look_at(centre, target)
-        img, _, _ = _render(K, R_s, t_s, width, height, planes, textures)
+        img, src_depth, _ = _render(K, R_s, t_s, width, height, planes, textures)
         srcs.append(img.astype(np.float32))
+        src_depths.append(np.maximum(src_depth, 0).astype(np.float32))
         Ks.append(K)
         R_rel = R_s @ R_ref.T
         Rs.append(R_rel)
@@ -129,4 +131,4 @@ def make_toy_scene(width: int = 160, height: int = 120, num_sources: int = 4, se
         R_src_from_ref=np.stack(Rs), t_src_from_ref=np.stack(ts),
         depth_min=float(ref_depth[valid].min() * 0.8), depth_max=float(ref_depth[valid].max() * 1.25))
     return ToyScene(problem=problem, gt_depth=ref_depth.astype(np.float32),
-                    gt_normal=(normal_cam * valid[..., None]).astype(np.float32))
+                    gt_normal=(normal_cam * valid[..., None]).astype(np.float32), src_gt_depths=src_depths)
