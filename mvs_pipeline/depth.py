@@ -125,8 +125,8 @@ def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageC
 
 
 def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass,
-                 previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str
-                 ) -> tuple[PatchMatchProblem, float | None]:
+                 previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str,
+                 prof: "Profile") -> tuple[PatchMatchProblem, float | None]:
     """Fill the problem's prior and source depth maps for this pass; returns the restore margin."""
     name = scene.views[ref].name
     if previous is None:
@@ -139,23 +139,57 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
         raise MVSError(f"{previous.map_path('normal', name)}: normal map of {what} does not match its depth map "
                        f"{prev_depth.shape}; rerun the depth stage with --overwrite")
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
+        prof.stop("read_maps")
         d = cfg.depth
         problem.init_depth, problem.init_normal = jbu_upsample(
             prev_depth, prev_normal, problem.ref_image, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend)
+        prof.stop("upsample")
         return problem, d.detail_margin
     problem.init_depth, problem.init_normal = prev_depth, prev_normal
     problem.src_depths = [
         maps.depth(previous.map_path("depth", scene.views[s].name), view_size(scene, s, pss.scale)[::-1],
                    f"source image '{scene.views[s].name}' ({previous.id})")
         for s in sel.neighbors[ref]]
+    prof.stop("read_maps")
     return problem, None
 
 
+class Profile:
+    """Where the depth stage's time goes (seconds per category, summed over views and passes)
+    and the GPU memory peak; the benchmark reads it, run.json gets the summary."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.solver_ms: dict[str, float] = {}
+        self.gpu_used_peak_bytes = 0
+        self._start = 0.0
+
+    def start(self):
+        self._start = time.perf_counter()
+
+    def stop(self, key: str):
+        now = time.perf_counter()
+        self.seconds[key] = self.seconds.get(key, 0.0) + now - self._start
+        self._start = now
+
+    def add_solver(self, pass_kind: str, timings: dict, memory: dict):
+        for k, v in timings.items():
+            key = f"{pass_kind}:{'iterations' if k.startswith('iteration_') else k}"
+            self.solver_ms[key] = self.solver_ms.get(key, 0.0) + v
+        self.gpu_used_peak_bytes = max(self.gpu_used_peak_bytes, int(memory.get("used_bytes", 0)))
+
+
 def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str,
-        overwrite: bool = False, progress: bool = True) -> dict:
-    """Run every pass of the plan for every view with sources; returns counts and timings."""
+        overwrite: bool = False, progress: bool = True, profile: Profile | None = None) -> dict:
+    """Run every pass of the plan for every view with sources; returns counts and timings.
+
+    `profile` (optional) collects the time per category: read_images, read_maps, upsample,
+    patchmatch, postfilter, write_maps; on the GPU also the solver's own split (uploads,
+    kernels per pass kind, restore, downloads) and the device memory peak.
+    """
     out_dir = Path(out_dir)
+    prof = profile or Profile()
     todo = [i for i in range(scene.num_views) if sel.neighbors[i]]
     # A geometric pass reads every source's previous maps: a source without sources of its own
     # has none, so it is dropped from every pass's source list (then the reference may have none).
@@ -181,24 +215,33 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
         start = time.perf_counter()
         for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
             name = scene.views[ref].name
+            prof.start()
             problem = build_problem(scene, sel, ref, images, pss.scale)
-            problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend)
+            prof.stop("read_images")
+            problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
             seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
-            result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin)
+            timings, memory = {}, {}
+            result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
+                                    timings=timings, memory=memory)
+            prof.stop("patchmatch")
+            prof.add_solver(pss.kind, timings, memory)
             depth = result.depth
             if pss.final:
                 depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
                                          backend=backend)
+                prof.stop("postfilter")
             _write_maps(pss, name, depth, result.normal, result.cost)
             if pss.final:
                 write_previews(out_dir / "stereo" / "previews" / name, depth, result.normal, result.cost,
                                depth_range=tuple(sel.depth_ranges[ref]))
                 valid_pixels += int((depth > 0).sum())
+            prof.stop("write_maps")
             computed += 1
         seconds[pss.id] = time.perf_counter() - start
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid_pixels,
-            "depth_pass_seconds": seconds}
+            "depth_pass_seconds": seconds, "depth_seconds_by_category": dict(prof.seconds),
+            **({"depth_gpu_used_peak_bytes": prof.gpu_used_peak_bytes} if prof.gpu_used_peak_bytes else {})}
 
 
 def _max_cost(cfg: PipelineConfig) -> float:

@@ -20,12 +20,14 @@ log = logging.getLogger(__name__)
 
 
 def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
-                   backend: str = "auto", seed: int = 0, restore_margin: float | None = None) -> PatchMatchResult:
+                   backend: str = "auto", seed: int = 0, restore_margin: float | None = None,
+                   timings: dict | None = None, memory: dict | None = None) -> PatchMatchResult:
     """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
     error). `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a
     pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
+    `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use.
     """
     from ..backend import resolve_backend  # noqa: PLC0415 (keeps config loading light)
 
@@ -36,7 +38,7 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     if which == "cuda":
         from .cuda_solver import solve_cuda  # noqa: PLC0415
 
-        return solve_cuda(clean, params, seed, restore_margin=restore_margin)
+        return solve_cuda(clean, params, seed, restore_margin=restore_margin, timings=timings, memory=memory)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)

@@ -7,6 +7,8 @@ by the caller stay as they were.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..cpu import patchmatch as cpu
@@ -32,7 +34,8 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                restore_margin: float | None = None) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
 
-    `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>');
+    `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>',
+    'restore') and wall times in ms of the host<->device copies ('upload', 'download');
     `memory` receives the device's used bytes (total - free, all processes) after the first
     pass, while every buffer and texture is allocated (key 'used_bytes').
     """
@@ -44,6 +47,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                                   geom=problem.src_depths is not None)
     dev = None
     try:
+        t0 = time.perf_counter()
         K_inv, M, e = source_matrices(problem)
         dev = kpm.DeviceProblem(problem, K_inv, M, e)
         plane = cp.full((H, W, 4), cp.nan, dtype=cp.float32)       # poisoned: init must write all
@@ -62,6 +66,9 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 ev.record()
                 events.append((name, ev))
 
+        if timings is not None:
+            cp.cuda.Device().synchronize()
+            timings["upload"] = (time.perf_counter() - t0) * 1e3
         mark("start")
         f, i = kpm.device_params(*pack_params(params, problem, 0, seed))
         kpm.launch_init(dev, options, f, i, init_depth, init_normal, plane, cost, selected)
@@ -84,12 +91,15 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
             kpm.launch_score(dev, options, f, i, prior_plane, weights, prior_cost)
             restore_details(plane, cost, prior_plane, prior_cost, init_depth > 0, restore_margin)
             mark("restore")
+        if timings is not None:
+            events[-1][1].synchronize()
+            t0 = time.perf_counter()
         plane_h = cp.asnumpy(plane)
         result = PatchMatchResult(depth=np.ascontiguousarray(plane_h[..., 3]),
                                   normal=np.ascontiguousarray(plane_h[..., :3]),
                                   cost=cp.asnumpy(cost), selected_views=cp.asnumpy(selected))
         if timings is not None:
-            events[-1][1].synchronize()
+            timings["download"] = (time.perf_counter() - t0) * 1e3
             for (_, a), (name, b) in zip(events[:-1], events[1:]):
                 timings[name] = cp.cuda.get_elapsed_time(a, b)
         return result

@@ -19,9 +19,12 @@ Every file is written atomically, and the same arguments give the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import multiprocessing as mp
 import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -74,12 +77,15 @@ def _check_args(name: str, views: int, width: int, height: int, seed: int,
 
 def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, height: int = 600,
                    seed: int = 0, scans: bool = True, *, scan_spacing: float | None = None,
-                   max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False) -> Path:
+                   max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False,
+                   workers: int = 1) -> Path:
     """Render scene `name` (one of SCENE_NAMES) into `out_dir` (layout in the module doc).
 
     scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
     scene's default (2 mm for object, 1 cm for courtyard and room). max_scan_points caps the
-    rays of all scans together. Returns `out_dir`.
+    rays of all scans together. workers > 1 renders that many views at once in worker
+    processes, each rebuilding the (deterministic) scene; every view draws from its own seeded
+    generators, so the files do not depend on `workers`. Returns `out_dir`.
     """
     _check_args(name, views, width, height, seed, scan_spacing, max_scan_points)
     views, width, height, seed = int(views), int(width), int(height), int(seed)
@@ -96,17 +102,25 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
 
     depth_min, depth_max = np.inf, 0.0
     candidates = []
-    for k, cam in enumerate(tqdm(spec.cameras, desc=f"synth {name}", unit="view", disable=not progress)):
-        rv = render_view(spec, rc, cam, float(gains[k]), texture_seed=seed,
-                         noise_rng=np.random.default_rng([seed, 0x401, k]))
-        _save_png(out_dir / "images" / names[k], rv.rgb)
-        _save_npy(out_dir / "gt" / "depth" / f"{stems[k]}.npy", rv.depth)
-        _save_npy(out_dir / "gt" / "normal" / f"{stems[k]}.npy", rv.normal)
-        surface = rv.depth[rv.depth > 0]
-        if len(surface):
-            depth_min, depth_max = min(depth_min, float(surface.min())), max(depth_max, float(surface.max()))
-        candidates.append(sparse_mod.sample_candidates(cam, rv.depth, rv.normal, seeds_per_view,
-                                                       np.random.default_rng([seed, 0x5EED, k])))
+
+    def render(k: int):
+        return render_view(spec, rc, spec.cameras[k], float(gains[k]), texture_seed=seed,
+                           noise_rng=np.random.default_rng([seed, 0x401, k]))
+
+    args = [(name, views, width, height, seed, k, float(gains[k])) for k in range(views)]
+    with ProcessPoolExecutor(max_workers=int(workers), mp_context=mp.get_context("spawn")) if workers > 1 \
+            else contextlib.nullcontext() as pool:
+        rendered = pool.map(_render_in_worker, args) if workers > 1 else map(render, range(views))
+        for k, rv in enumerate(tqdm(rendered, total=views, desc=f"synth {name}", unit="view", disable=not progress)):
+            cam = spec.cameras[k]
+            _save_png(out_dir / "images" / names[k], rv.rgb)
+            _save_npy(out_dir / "gt" / "depth" / f"{stems[k]}.npy", rv.depth)
+            _save_npy(out_dir / "gt" / "normal" / f"{stems[k]}.npy", rv.normal)
+            surface = rv.depth[rv.depth > 0]
+            if len(surface):
+                depth_min, depth_max = min(depth_min, float(surface.min())), max(depth_max, float(surface.max()))
+            candidates.append(sparse_mod.sample_candidates(cam, rv.depth, rv.normal, seeds_per_view,
+                                                           np.random.default_rng([seed, 0x5EED, k])))
 
     model = _build_sparse(spec.cameras, rc, candidates, out_dir, stems, seed, seeds_per_view)
     sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
@@ -144,6 +158,21 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     }
     atomic_write_text(out_dir / "gt" / "scene.json", json.dumps(meta, indent=1) + "\n")
     return out_dir
+
+
+_WORKER_SCENE: dict = {}
+
+
+def _render_in_worker(args):
+    """One view rendered in a worker process (the scene is built once per process)."""
+    name, views, width, height, seed, k, gain = args
+    key = (name, views, width, height, seed)
+    if key not in _WORKER_SCENE:
+        spec = build_scene(name, views, width, height, seed)
+        _WORKER_SCENE.clear()
+        _WORKER_SCENE[key] = (spec, spec.mesh.raycasting_scene())
+    spec, rc = _WORKER_SCENE[key]
+    return render_view(spec, rc, spec.cameras[k], gain, texture_seed=seed, noise_rng=np.random.default_rng([seed, 0x401, k]))
 
 
 def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
