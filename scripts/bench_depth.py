@@ -80,9 +80,18 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="rendering processes")
     ap.add_argument("--set", action="append", default=[], help="extra config overrides section.key=value")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--generate-only", action="store_true", help="only render the scenes (into --workdir)")
     args = ap.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.generate_only:
+        from mvs_pipeline.synth import generate_scene  # noqa: PLC0415
+
+        for size in args.sizes.split(","):
+            w, h = (int(v) for v in size.lower().split("x"))
+            generate_scene("courtyard", workdir / f"courtyard_{w}x{h}_v{args.views}", views=args.views, width=w,
+                           height=h, seed=0, scans=False, workers=args.workers)
+        return 0
     device = "CPU"
     if args.backend == "cuda":
         import cupy as cp  # noqa: PLC0415
