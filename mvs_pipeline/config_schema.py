@@ -73,7 +73,7 @@ class DepthConfig:
         "joint bilateral upsampling: spatial Gaussian sigma", "px (coarse)", (0.05, 100.0)))
     jbu_sigma_range: float = field(default=25.5, metadata=meta(
         "joint bilateral upsampling: Gaussian sigma on fine-image intensity differences", "grey levels", (0.1, 1000.0)))
-    detail_margin: float | None = field(default=0.1, metadata=meta(
+    detail_margin: float | None = field(default=0.3, metadata=meta(
         "detail restorer: at a finer scale a pixel leaves its upsampled hypothesis only if the new one's "
         "photometric cost is lower by more than this (null = always take the new one)", "cost", (0.0, 2.0)))
     filter_median: bool = field(default=True, metadata=meta(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -32,6 +33,7 @@ from .depth_passes import DepthPass, plan_passes, scaled_K, scaled_size
 from .errors import MVSError
 from .io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map, write_previews
 from .patchmatch import PatchMatchProblem, run_patchmatch
+from .patchmatch.problem import overlap_fraction
 from .scale_ops import jbu_upsample, postfilter_depth
 from .scene import Scene
 from .views import ViewSelection
@@ -120,7 +122,7 @@ def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageC
         ref_image=images.get(ref, scale), src_images=[images.get(s, scale) for s in srcs],
         K_ref=scaled_K(rv.K, rv.width, rv.height, ref_size), K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=float(lo), depth_max=float(hi),
-        ref_camera_size=ref_size, src_camera_sizes=src_sizes,
+        ref_camera_size=ref_size, src_camera_sizes=src_sizes, src_keys=[("image", s, scale) for s in srcs],
         name=f"image '{rv.name}'" + (f" (scale 1/{2 ** scale})" if scale else ""))
 
 
@@ -151,8 +153,46 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
         maps.depth(previous.map_path("depth", scene.views[s].name), view_size(scene, s, pss.scale)[::-1],
                    f"source image '{scene.views[s].name}' ({previous.id})")
         for s in sel.neighbors[ref]]
+    problem.src_depth_keys = [("depth", previous.index, s) for s in sel.neighbors[ref]]
     prof.stop("read_maps")
     return problem, None
+
+
+class MapWriter:
+    """Writes a view's maps in background threads while the GPU works on the next view.
+
+    A pass reads only maps of earlier passes, so `flush` at the end of every pass is the only
+    synchronisation needed; each file is still written atomically (depth last), so a crash
+    loses at most the views still queued, which a rerun redoes.
+    """
+
+    def __init__(self, threads: int = 2):
+        self._pool = ThreadPoolExecutor(max_workers=threads)
+        self._pending: list = []
+        self.seconds = 0.0   # summed over the writer threads (overlaps with compute)
+
+    def submit(self, fn, *args) -> None:
+        def timed():
+            t0 = time.perf_counter()
+            fn(*args)
+            return time.perf_counter() - t0
+
+        self._pending.append(self._pool.submit(timed))
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for fut in pending:
+            self.seconds += fut.result()   # re-raises a failed write
+
+    def close(self, raise_errors: bool = True) -> None:
+        try:
+            self.flush()
+        except Exception:
+            if raise_errors:
+                raise
+            log.exception("depth: writing maps failed")
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 class Profile:
@@ -185,11 +225,13 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     """Run every pass of the plan for every view with sources; returns counts and timings.
 
     `profile` (optional) collects the time per category: read_images, read_maps, upsample,
-    patchmatch, postfilter, write_maps; on the GPU also the solver's own split (uploads,
+    patchmatch, postfilter, queue_writes / wait_for_writes (maps are written in background
+    threads, write_maps_in_background sums their time); on the GPU also the solver's own split (uploads,
     kernels per pass kind, restore, downloads) and the device memory peak.
     """
     out_dir = Path(out_dir)
     prof = profile or Profile()
+    sel = _drop_non_overlapping(scene, sel)
     todo = [i for i in range(scene.num_views) if sel.neighbors[i]]
     # A geometric pass reads every source's previous maps: a source without sources of its own
     # has none, so it is dropped from every pass's source list (then the reference may have none).
@@ -203,41 +245,59 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     images = GreyImageCache(scene)
     maps = MapCache()
+    writer = MapWriter()
+    textures = None
+    if backend == "cuda":   # sources stay on the GPU across references (GPU texture cache)
+        from .kernels.patchmatch import TextureCache  # noqa: PLC0415
+
+        textures = TextureCache()
     computed, resumed, valid_pixels = 0, 0, 0
     seconds: dict[str, float] = {}
-    for pss in passes:
-        previous = _previous_pass(passes, pss)
-        pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
-        resumed += len(todo) - len(pending)
-        if not pending:
-            log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
-            continue
-        start = time.perf_counter()
-        for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
-            name = scene.views[ref].name
+    try:
+        for pss in passes:
+            previous = _previous_pass(passes, pss)
+            pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
+            resumed += len(todo) - len(pending)
+            if not pending:
+                log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
+                continue
+            start = time.perf_counter()
+            for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
+                name = scene.views[ref].name
+                prof.start()
+                problem = build_problem(scene, sel, ref, images, pss.scale)
+                prof.stop("read_images")
+                problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
+                seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
+                timings, memory = {}, {}
+                result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
+                                        timings=timings, memory=memory, texture_cache=textures)
+                prof.stop("patchmatch")
+                prof.add_solver(pss.kind, timings, memory)
+                depth = result.depth
+                if pss.final:
+                    depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
+                                             backend=backend)
+                    prof.stop("postfilter")
+                writer.submit(_write_maps, pss, name, depth, result.normal, result.cost)
+                if pss.final:
+                    writer.submit(write_previews, out_dir / "stereo" / "previews" / name, depth, result.normal,
+                                  result.cost, tuple(sel.depth_ranges[ref]))
+                    valid_pixels += int((depth > 0).sum())
+                prof.stop("queue_writes")
+                computed += 1
             prof.start()
-            problem = build_problem(scene, sel, ref, images, pss.scale)
-            prof.stop("read_images")
-            problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
-            seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
-            timings, memory = {}, {}
-            result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
-                                    timings=timings, memory=memory)
-            prof.stop("patchmatch")
-            prof.add_solver(pss.kind, timings, memory)
-            depth = result.depth
-            if pss.final:
-                depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
-                                         backend=backend)
-                prof.stop("postfilter")
-            _write_maps(pss, name, depth, result.normal, result.cost)
-            if pss.final:
-                write_previews(out_dir / "stereo" / "previews" / name, depth, result.normal, result.cost,
-                               depth_range=tuple(sel.depth_ranges[ref]))
-                valid_pixels += int((depth > 0).sum())
-            prof.stop("write_maps")
-            computed += 1
-        seconds[pss.id] = time.perf_counter() - start
+            writer.flush()
+            prof.stop("wait_for_writes")
+            seconds[pss.id] = time.perf_counter() - start
+    except BaseException:
+        writer.close(raise_errors=False)   # views already computed still reach the disk
+        raise
+    finally:
+        if textures is not None:
+            textures.release()
+    writer.close()
+    prof.seconds["write_maps_in_background"] = writer.seconds
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid_pixels,
             "depth_pass_seconds": seconds, "depth_seconds_by_category": dict(prof.seconds),
@@ -250,6 +310,30 @@ def _max_cost(cfg: PipelineConfig) -> float:
 
 def _previous_pass(passes: list[DepthPass], pss: DepthPass) -> DepthPass | None:
     return passes[pss.index - 1] if pss.index > 0 else None
+
+
+def _drop_non_overlapping(scene: Scene, sel: ViewSelection) -> ViewSelection:
+    """Drop (with a warning) sources that see nothing of the reference's depth range: the view
+    selection scores shared sparse points, which a large neighbour count can exhaust, and
+    PatchMatch rejects such a source (every window would cost the maximum)."""
+    neighbors, scores = [], []
+    for ref, (srcs, scs) in enumerate(zip(sel.neighbors, sel.scores)):
+        rv = scene.views[ref]
+        lo, hi = sel.depth_ranges[ref]
+        keep = []
+        for k, s in enumerate(srcs):
+            sv = scene.views[s]
+            R = sv.R @ rv.R.T
+            frac = overlap_fraction(rv.K, (rv.width, rv.height), sv.K, (sv.width, sv.height), R, sv.t - R @ rv.t,
+                                    float(lo), float(hi))
+            if frac > 0:
+                keep.append(k)
+            else:
+                log.warning("depth: source '%s' of '%s' does not overlap it in its depth range; dropped",
+                            sv.name, rv.name)
+        neighbors.append([srcs[k] for k in keep])
+        scores.append([scs[k] for k in keep])
+    return ViewSelection(neighbors=neighbors, scores=scores, depth_ranges=sel.depth_ranges)
 
 
 def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:

@@ -98,7 +98,9 @@ def main(argv=None) -> int:
 
         device = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
         # warm-up: compile every kernel variant the timed runs use
-        bench_size(160, 120, 6, 5, args.backend, workdir, 1, [*args.set, "depth.coarsest_max_size=80"])
+        # (same source count, so the same PM_MAX_VIEWS variants; two scales: JBU and restore too)
+        bench_size(160, 120, args.views, args.sources, args.backend, workdir, args.workers,
+                   [*args.set, "depth.coarsest_max_size=80"])
     results = {"device": device, "commit": _commit(), "backend": args.backend, "runs": []}
     for size in args.sizes.split(","):
         w, h = (int(v) for v in size.lower().split("x"))

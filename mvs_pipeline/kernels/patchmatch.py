@@ -5,7 +5,9 @@ checks dtype, shape, contiguity and device of its arrays and casts scalars, nami
 
 Source images live in one 2D CUDA texture object each (float16 storage read as float32,
 hardware bilinear filtering, clamp addressing, unnormalised coordinates): sources may differ in
-size, which rules out one layered texture. CUDA arrays are allocated outside CuPy's memory pool.
+size, which rules out one layered texture. Source depth maps of a geometric pass are float32
+textures with point filtering. CUDA arrays are allocated outside CuPy's memory pool; a
+TextureCache keeps them across reference views.
 """
 
 from __future__ import annotations
@@ -45,77 +47,116 @@ def kernel(name: str, options: tuple[str, ...]):
     return get_kernel(CU, name, options)
 
 
-class SourceTextures:
-    """One float16 2D texture per source image (packing.stored_source); keeps the CUDA arrays alive."""
+def _texture(data: np.ndarray, bits: int, filter_mode):
+    """(CUDA array, texture object) of a [H, W] float array: clamp addressing, unnormalised
+    coordinates, element reads; bits 16 = float16 storage, 32 = float32."""
+    cp = import_cupy()
+    tex = cp.cuda.texture
+    rt = cp.cuda.runtime
+    h, w = data.shape
+    desc = tex.ChannelFormatDescriptor(bits, 0, 0, 0, rt.cudaChannelFormatKindFloat)
+    arr = tex.CUDAarray(desc, w, h)
+    arr.copy_from(np.ascontiguousarray(data))
+    res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
+    tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
+                                  filterMode=filter_mode, readMode=rt.cudaReadModeElementType, normalizedCoords=0)
+    return arr, tex.TextureObject(res, tdesc)
 
-    def __init__(self, images: list[np.ndarray]):
+
+def image_texture(img: np.ndarray, what: str):
+    """Source image texture: float16 storage (packing.stored_source) read as float32, hardware
+    bilinear filtering."""
+    if img.dtype != np.float32 or img.ndim != 2:
+        raise TypeError(f"{what}: expected [H, W] float32, got {img.dtype} {img.shape}")
+    return _texture(stored_source(img), 16, import_cupy().cuda.runtime.cudaFilterModeLinear)
+
+
+def depth_texture(depth: np.ndarray, what: str):
+    """Source depth-map texture: float32, point filtering (the nearest texel, as the CPU twin's
+    geom_cost reads it)."""
+    if depth.dtype != np.float32 or depth.ndim != 2:
+        raise TypeError(f"{what}: expected [H, W] float32, got {depth.dtype} {depth.shape}")
+    return _texture(depth, 32, import_cupy().cuda.runtime.cudaFilterModePoint)
+
+
+class TextureCache:
+    """Textures that stay on the GPU across reference views (least recently used dropped first).
+
+    The depth stage keys source images by (view, scale) and source depth maps by (pass, view):
+    a view is a source of many references, so without the cache every reference would upload
+    its S sources again (at 1600x1066 with 20 sources that was most of the stage's time).
+    """
+
+    def __init__(self, max_bytes: int | None = None):
         cp = import_cupy()
-        tex = cp.cuda.texture
-        rt = cp.cuda.runtime
-        self.arrays, self.objects = [], []
-        sizes = []
-        for i, img in enumerate(images):
-            if img.dtype != np.float32 or img.ndim != 2:
-                raise TypeError(f"images[{i}]: expected [H, W] float32, got {img.dtype} {img.shape}")
-            h, w = img.shape
-            desc = tex.ChannelFormatDescriptor(16, 0, 0, 0, rt.cudaChannelFormatKindFloat)
-            arr = tex.CUDAarray(desc, w, h)
-            arr.copy_from(np.ascontiguousarray(stored_source(img)))       # [H, W] float16
-            res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
-            tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
-                                          filterMode=rt.cudaFilterModeLinear, readMode=rt.cudaReadModeElementType,
-                                          normalizedCoords=0)
-            self.arrays.append(arr)
-            self.objects.append(tex.TextureObject(res, tdesc))
-            sizes.append((w, h))
-        self.handles = cp.asarray(np.array([o.ptr for o in self.objects], dtype=np.uint64))   # [S]
-        self.sizes = cp.asarray(np.array(sizes, dtype=np.int32))                             # [S, 2] (w, h)
+        if max_bytes is None:
+            free, _ = cp.cuda.runtime.memGetInfo()
+            max_bytes = free // 4
+        self.max_bytes = int(max_bytes)
+        self.bytes = 0
+        self._entries: dict = {}   # key -> (array, texture object, bytes); insertion order = recency
+
+    def get(self, key, make):
+        """The texture object for `key`, made by `make()` -> (array, texture object, bytes) if absent."""
+        if key in self._entries:
+            entry = self._entries.pop(key)
+            self._entries[key] = entry
+            return entry[1]
+        arr, obj, nbytes = make()
+        self._entries[key] = (arr, obj, nbytes)
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes and len(self._entries) > 1:
+            old = next(iter(self._entries))
+            self.bytes -= self._entries.pop(old)[2]
+        return obj
 
     def release(self) -> None:
-        self.objects.clear()
-        self.arrays.clear()
+        self._entries.clear()
+        self.bytes = 0
 
 
-class DepthTextures:
-    """One float32 2D texture per source depth map, point filtering (the nearest texel, as the
-    CPU twin's geom_cost reads it), clamp addressing, unnormalised coordinates."""
+class _Textures:
+    """The texture objects of one problem (kept alive until release) and their handle array."""
 
-    def __init__(self, depths: list[np.ndarray]):
+    def __init__(self, arrays: list[np.ndarray], keys, cache: TextureCache | None, factory, what: str, bits: int):
         cp = import_cupy()
-        tex = cp.cuda.texture
-        rt = cp.cuda.runtime
-        self.arrays, self.objects = [], []
-        for i, d in enumerate(depths):
-            if d.dtype != np.float32 or d.ndim != 2:
-                raise TypeError(f"src_depths[{i}]: expected [H, W] float32, got {d.dtype} {d.shape}")
-            h, w = d.shape
-            desc = tex.ChannelFormatDescriptor(32, 0, 0, 0, rt.cudaChannelFormatKindFloat)
-            arr = tex.CUDAarray(desc, w, h)
-            arr.copy_from(np.ascontiguousarray(d))
-            res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
-            tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
-                                          filterMode=rt.cudaFilterModePoint, readMode=rt.cudaReadModeElementType,
-                                          normalizedCoords=0)
-            self.arrays.append(arr)
-            self.objects.append(tex.TextureObject(res, tdesc))
-        self.handles = cp.asarray(np.array([o.ptr for o in self.objects], dtype=np.uint64))   # [S]
+        self._owned = []   # (array, object) made for this problem only
+        objects = []
+        for i, a in enumerate(arrays):
+            label = f"{what}[{i}]"
+
+            def make(a=a, label=label):
+                arr, obj = factory(a, label)
+                return arr, obj, a.size * bits // 8
+
+            if cache is not None and keys is not None:
+                objects.append(cache.get(keys[i], make))
+            else:
+                arr, obj, _ = make()
+                self._owned.append((arr, obj))
+                objects.append(obj)
+        self._objects = objects   # holds references while the kernels run
+        self.handles = cp.asarray(np.array([o.ptr for o in objects], dtype=np.uint64))   # [S]
 
     def release(self) -> None:
-        self.objects.clear()
-        self.arrays.clear()
+        self._owned.clear()
+        self._objects = []
 
 
 class DeviceProblem:
     """A validated PatchMatchProblem on the GPU: reference image, source textures, matrices, and
-    for a geometric pass the sources' depth maps as textures."""
+    for a geometric pass the sources' depth maps as textures. With a TextureCache and the
+    problem's src_keys / src_depth_keys, textures are shared across problems."""
 
-    def __init__(self, problem, K_inv: np.ndarray, M: np.ndarray, e: np.ndarray):
+    def __init__(self, problem, K_inv: np.ndarray, M: np.ndarray, e: np.ndarray, cache: TextureCache | None = None):
         cp = import_cupy()
         S = problem.num_sources
         self.height, self.width = problem.shape
         self.num_sources = S
         self.ref = cp.asarray(problem.ref_image, dtype=cp.float32)                          # [H, W]
-        self.textures = SourceTextures(problem.src_images)
+        self.textures = _Textures(problem.src_images, problem.src_keys, cache, image_texture, "src_images", 16)
+        self.sizes = cp.asarray(np.array([(img.shape[1], img.shape[0]) for img in problem.src_images],
+                                         dtype=np.int32))                                    # [S, 2] (w, h)
         self.K_inv = cp.asarray(np.asarray(K_inv, np.float32).reshape(9))                   # [9]
         self.M = cp.asarray(np.asarray(M, np.float32).reshape(S, 9))                        # [S, 9]
         self.e = cp.asarray(np.asarray(e, np.float32).reshape(S, 3))                        # [S, 3]
@@ -124,13 +165,14 @@ class DeviceProblem:
         self.f = cp.asarray(np.einsum("sij,sj->si", Minv, np.asarray(e, np.float64).reshape(S, 3))
                             .astype(np.float32))                                             # [S, 3]
         self.geom = problem.src_depths is not None
-        self.depths = DepthTextures(problem.src_depths) if self.geom else None
+        self.depths = _Textures(problem.src_depths, problem.src_depth_keys, cache, depth_texture, "src_depths",
+                                32) if self.geom else None
         self.depth_handles = self.depths.handles if self.geom else cp.zeros(S, dtype=cp.uint64)
 
     def source_args(self) -> tuple:
         """(ref, W, H, tex, size, M, e, K_inv, S, depth_tex, Minv, f): the leading arguments of
         every solver kernel."""
-        return (self.ref, np.int32(self.width), np.int32(self.height), self.textures.handles, self.textures.sizes,
+        return (self.ref, np.int32(self.width), np.int32(self.height), self.textures.handles, self.sizes,
                 self.M, self.e, self.K_inv, np.int32(self.num_sources), self.depth_handles, self.Minv, self.f)
 
     def release(self) -> None:

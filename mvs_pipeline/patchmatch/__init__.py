@@ -21,13 +21,15 @@ log = logging.getLogger(__name__)
 
 def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
                    backend: str = "auto", seed: int = 0, restore_margin: float | None = None,
-                   timings: dict | None = None, memory: dict | None = None) -> PatchMatchResult:
+                   timings: dict | None = None, memory: dict | None = None, texture_cache=None) -> PatchMatchResult:
     """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
     error). `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a
     pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
-    `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use.
+    `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
+    `texture_cache` (GPU only, kernels.patchmatch.TextureCache) keeps source textures across calls
+    for problems that carry src_keys / src_depth_keys.
     """
     from ..backend import resolve_backend  # noqa: PLC0415 (keeps config loading light)
 
@@ -38,7 +40,8 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     if which == "cuda":
         from .cuda_solver import solve_cuda  # noqa: PLC0415
 
-        return solve_cuda(clean, params, seed, restore_margin=restore_margin, timings=timings, memory=memory)
+        return solve_cuda(clean, params, seed, restore_margin=restore_margin, timings=timings, memory=memory,
+                          texture_cache=texture_cache)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)

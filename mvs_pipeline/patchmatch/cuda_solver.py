@@ -31,7 +31,7 @@ def _is_oom(cp, exc: BaseException) -> bool:
 
 def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
                block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None,
-               restore_margin: float | None = None) -> PatchMatchResult:
+               restore_margin: float | None = None, texture_cache=None) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
 
     `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>',
@@ -49,7 +49,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
     try:
         t0 = time.perf_counter()
         K_inv, M, e = source_matrices(problem)
-        dev = kpm.DeviceProblem(problem, K_inv, M, e)
+        dev = kpm.DeviceProblem(problem, K_inv, M, e, cache=texture_cache)
         plane = cp.full((H, W, 4), cp.nan, dtype=cp.float32)       # poisoned: init must write all
         cost = cp.full((H, W), cp.nan, dtype=cp.float32)
         selected = cp.zeros((H, W), dtype=cp.uint32)

@@ -32,6 +32,10 @@ class PatchMatchProblem:
     # Geometric pass: each source's depth map from the previous pass (same size as its image,
     # 0 = no depth); None = photometric pass.
     src_depths: list[np.ndarray] | None = None
+    # Optional identities of the source images / depth maps (any hashable, e.g. (view, scale)):
+    # with a GPU texture cache, equal keys mean equal contents, so textures are uploaded once.
+    src_keys: list | None = None
+    src_depth_keys: list | None = None
     # Optional camera sizes (width, height) as the sparse model states them; when given, the
     # images must have exactly these sizes.
     ref_camera_size: tuple[int, int] | None = None
@@ -78,7 +82,7 @@ def _check_K(K, what: str) -> np.ndarray:
     return K
 
 
-def _overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_max, grid=9, depths=5) -> float:
+def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_max, grid=9, depths=5) -> float:
     """Fraction of reference rays (grid x grid, at `depths` depths in range) landing in the source."""
     w, h = size_ref
     xs = (np.arange(grid) + 0.5) / grid * w
@@ -95,6 +99,14 @@ def _overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_m
     ws, hs = size_src
     inside = (z > 0) & (u >= 0) & (u <= ws) & (v >= 0) & (v <= hs)
     return float(inside.mean())
+
+
+def _check_keys(keys, S: int, what: str, name: str):
+    if keys is None:
+        return None
+    if len(keys) != S:
+        raise MVSError(f"{name}: {what} has {len(keys)} entries for {S} sources")
+    return list(keys)
 
 
 def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
@@ -157,7 +169,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
                            f"lies outside it: image and camera sizes do not match")
 
     for i in range(S):
-        frac = _overlap_fraction(K_ref, (W, H), K_src[i], (srcs[i].shape[1], srcs[i].shape[0]),
+        frac = overlap_fraction(K_ref, (W, H), K_src[i], (srcs[i].shape[1], srcs[i].shape[0]),
                                  R[i], t[i], dmin, dmax)
         if frac == 0.0:
             raise MVSError(f"{name}: source {i} does not overlap the reference view anywhere in the depth "
@@ -191,6 +203,8 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
     return PatchMatchProblem(
         ref_image=ref, src_images=srcs, K_ref=K_ref, K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
+        src_keys=_check_keys(problem.src_keys, S, "src_keys", name),
+        src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name),
         ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
 
 
