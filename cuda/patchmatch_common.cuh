@@ -338,7 +338,7 @@ __device__ __forceinline__ float geom_cost(const PMSources& src, int s, int x, i
         return src.geom_cap;
     // point filtering: texel (floor(us), floor(vs)), as the twin's nearest pixel
     const float ds = tex2D<float>((cudaTextureObject_t)src.depth_tex[s], us, vs);
-    if (!(ds > 0.0f)) return src.geom_cap;
+    if (!(ds > 0.0f) || isinf(ds)) return src.geom_cap;   // no depth there (0, negative, NaN, inf)
     const float* Mi = src.Minv + 9 * s;
     const float* f = src.f + 3 * s;
     const float px = ds * (Mi[0] * us + Mi[1] * vs + Mi[2]) - f[0];

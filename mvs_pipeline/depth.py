@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class GreyImageCache:
     """Decoded grey images (float32, 0..255) per (view, scale), most recently used kept."""
 
-    def __init__(self, scene: Scene, capacity: int = 64):
+    def __init__(self, scene: Scene, capacity: int = 96):
         self.scene, self.capacity = scene, capacity
         self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
@@ -67,8 +67,9 @@ class GreyImageCache:
             grey = self._full(view_idx)
         else:
             view = self.scene.views[view_idx]
-            # area averaging: each halving sees every pixel once (no aliasing of fine texture)
-            grey = cv2.resize(self._full(view_idx), scaled_size(view.width, view.height, scale),
+            # from the cached full image (decoded once per view); area averaging: each pixel
+            # counts once, no aliasing of fine texture
+            grey = cv2.resize(self.get(view_idx, 0), scaled_size(view.width, view.height, scale),
                               interpolation=cv2.INTER_AREA)
         self._cache[key] = grey
         if len(self._cache) > self.capacity:

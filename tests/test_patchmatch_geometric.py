@@ -38,7 +38,7 @@ def _reproj_reference(p, x, y, depth, src_depth, s, cap):
     if not (0 <= us < w and 0 <= vs < h):
         return cap
     ds = float(src_depth[int(np.floor(vs)), int(np.floor(us))])
-    if ds <= 0:
+    if not (np.isfinite(ds) and ds > 0):
         return cap
     Xs = ds * np.linalg.solve(Ks, [us, vs, 1.0])
     back = K @ (R.T @ (Xs - t))
@@ -75,8 +75,9 @@ def test_geometric_term_matches_world_frame_reference(toy):
     rng = np.random.default_rng(0)
     params = PatchMatchParams(geom_weight=0.35, geom_cap=2.5)
     pixels, planes = _random_planes(toy, 400, rng)
-    # source depth maps: the GT with holes, so misses and empty pixels are exercised too
-    depths = [np.where(rng.random(d.shape) < 0.1, 0, d) for d in toy.src_gt_depths]
+    # source depth maps: the GT with holes (0, negative, NaN, inf: all mean "no depth")
+    holes = np.array([0.0, -1.0, np.nan, np.inf], np.float32)
+    depths = [np.where(rng.random(d.shape) < 0.1, holes[rng.integers(0, 4, d.shape)], d) for d in toy.src_gt_depths]
     _, photo = _costs(toy.problem, params, pixels, planes)
     p, both = _costs(_geometric(toy.problem, depths), params, pixels, planes)
     want = np.array([[_reproj_reference(p, x, y, pl[3], depths[s], s, params.geom_cap) for s in range(p.num_sources)]

@@ -288,7 +288,7 @@ def geom_cost(gdepth, sw, sh, M, e, Minv, f, x, y, depth, cap):
     if not (us >= 0.0 and us < sw and vs >= 0.0 and vs < sh):
         return cap
     ds = gdepth[int(math.floor(vs)), int(math.floor(us))]
-    if not ds > 0.0:
+    if not (ds > 0.0 and ds < math.inf):
         return cap
     px = ds * (Minv[0, 0] * us + Minv[0, 1] * vs + Minv[0, 2]) - f[0]
     py = ds * (Minv[1, 0] * us + Minv[1, 1] * vs + Minv[1, 2]) - f[1]
