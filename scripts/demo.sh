@@ -10,8 +10,8 @@ out="${1:-demo_out}"
 mvs="$venv/bin/mvs-pipeline"
 echo "== rendering a synthetic 'object' scene (8 views, 320x240) into $out/scene"
 "$mvs" synth --scene object --out "$out/scene" --views 8 --width 320 --height 240 --seed 0
-echo "== running the pipeline (configs/default.yaml) into $out/run"
-"$mvs" run "$out/scene" -o "$out/run"
+echo "== running the pipeline (configs/small.yaml: small images, few views) into $out/run"
+"$mvs" run "$out/scene" -o "$out/run" -c small
 echo "== workspace summary"
 "$mvs" info "$out/run"
 echo
