@@ -71,6 +71,7 @@ class GreyImageCache:
             # counts once, no aliasing of fine texture
             grey = cv2.resize(self.get(view_idx, 0), scaled_size(view.width, view.height, scale),
                               interpolation=cv2.INTER_AREA)
+        grey.setflags(write=False)   # shared by many problems; read-only lets PatchMatch skip re-checks
         self._cache[key] = grey
         if len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
@@ -78,28 +79,42 @@ class GreyImageCache:
 
 
 class MapCache:
-    """Depth maps of earlier passes read back from disk, most recently used kept (the sources of a
-    geometric pass overlap heavily from one reference view to the next)."""
+    """Maps of earlier passes, most recently used kept up to a byte budget. A pass's maps go in as
+    they are written (the next pass reads them without touching the disk: at 3200x2130 reading
+    them back took ~7 % of the stage); after a resume they are read from disk on first use."""
 
-    def __init__(self, capacity: int = 64):
-        self.capacity = capacity
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self._cache: OrderedDict[Path, np.ndarray] = OrderedDict()
 
-    def depth(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
+    def put(self, path: Path, array: np.ndarray) -> None:
+        if path in self._cache:
+            self.bytes -= self._cache.pop(path).nbytes
+        self._cache[path] = array
+        self.bytes += array.nbytes
+        while self.bytes > self.max_bytes and len(self._cache) > 1:
+            self.bytes -= self._cache.popitem(last=False)[1].nbytes
+
+    def _get(self, path: Path, reader, kind: str, expected_shape: tuple, what: str) -> np.ndarray:
         if path in self._cache:
             self._cache.move_to_end(path)
             return self._cache[path]
         if not path.is_file():
-            raise MVSError(f"{path}: depth map of {what} is missing (delete stereo/ or run with --overwrite)")
-        d = read_depth_map(path)
-        if d.shape != tuple(expected_shape):
-            raise MVSError(f"{path}: depth map of {what} is {d.shape[1]}x{d.shape[0]} px, expected "
+            raise MVSError(f"{path}: {kind} map of {what} is missing (delete stereo/ or run with --overwrite)")
+        a = reader(path)
+        if a.shape != tuple(expected_shape):
+            raise MVSError(f"{path}: {kind} map of {what} is {a.shape[1]}x{a.shape[0]} px, expected "
                            f"{expected_shape[1]}x{expected_shape[0]} for this scale: maps from another "
                            f"configuration; rerun the depth stage with --overwrite")
-        self._cache[path] = d
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
-        return d
+        self.put(path, a)
+        return a
+
+    def depth(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
+        return self._get(path, read_depth_map, "depth", tuple(expected_shape), what)
+
+    def normal(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
+        return self._get(path, read_normal_map, "normal", (*expected_shape, 3), what)
 
 
 def view_size(scene: Scene, view_idx: int, scale: int) -> tuple[int, int]:
@@ -137,10 +152,7 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
     what = f"image '{name}' ({previous.id})"
     prev_size = view_size(scene, ref, previous.scale)
     prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
-    prev_normal = read_normal_map(previous.map_path("normal", name))
-    if prev_normal.shape != (*prev_depth.shape, 3):
-        raise MVSError(f"{previous.map_path('normal', name)}: normal map of {what} does not match its depth map "
-                       f"{prev_depth.shape}; rerun the depth stage with --overwrite")
+    prev_normal = maps.normal(previous.map_path("normal", name), prev_size[::-1], what)
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
         d = cfg.depth
@@ -246,7 +258,7 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     images = GreyImageCache(scene)
     maps = MapCache()
-    writer = MapWriter()
+    writer = MapWriter(threads=4)
     textures = None
     if backend == "cuda":   # sources stay on the GPU across references (GPU texture cache)
         from .kernels.patchmatch import TextureCache  # noqa: PLC0415
@@ -281,6 +293,8 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
                                              backend=backend)
                     prof.stop("postfilter")
                 writer.submit(_write_maps, pss, name, depth, result.normal, result.cost)
+                maps.put(pss.map_path("depth", name), depth)
+                maps.put(pss.map_path("normal", name), result.normal)
                 if pss.final:
                     writer.submit(write_previews, out_dir / "stereo" / "previews" / name, depth, result.normal,
                                   result.cost, tuple(sel.depth_ranges[ref]))

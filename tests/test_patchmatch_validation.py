@@ -113,3 +113,24 @@ def test_params_checked_in_config_style():
     assert PatchMatchParams().check() == []
     problems = PatchMatchParams(window_radius=11, init_top_k=40).check()
     assert len(problems) == 2 and "window_radius = 11" in problems[0]
+
+
+def test_finiteness_memo_only_for_read_only_images():
+    """A read-only image found finite is not checked again (the depth stage reuses cached
+    sources); a writable one is checked every time, so a NaN written later is caught."""
+    from mvs_pipeline.patchmatch import problem as P  # noqa: PLC0415
+
+    img = np.full((12, 10), 7.0, np.float32)
+    P._check_image(img, "w")
+    img[3, 4] = np.nan
+    with pytest.raises(MVSError, match="NaN"):
+        P._check_image(img, "w")
+    ro = np.full((12, 10), 7.0, np.float32)
+    ro.setflags(write=False)
+    P._check_image(ro, "ro")
+    assert P._known_finite(ro)
+    bad = np.full((12, 10), np.inf, np.float32)
+    bad.setflags(write=False)
+    with pytest.raises(MVSError, match="infinite"):
+        P._check_image(bad, "bad")
+    assert not P._known_finite(bad)
