@@ -16,7 +16,7 @@ from typing import Callable
 from . import load as load_stage
 from . import views as views_stage
 from .backend import resolve_backend
-from .config import dump_config
+from .config import config_to_dict, dump_config
 from .config_schema import PipelineConfig
 from .errors import MVSError
 from .io.atomic import atomic_write_text
@@ -131,21 +131,42 @@ def parse_stages(text: str | None) -> list[str]:
     return sorted(set(names), key=ALL_STAGES.index)
 
 
+def _reset_gpu_pool(backend: str):
+    """CuPy's default memory pool, emptied, when running on CUDA (else None).
+
+    The pool keeps freed blocks cached, so its size after a stage that started from an empty pool
+    is the stage's peak of CuPy allocations (textures live outside it: the depth stage reports
+    its device-wide peak separately as counts.depth_gpu_used_peak_bytes)."""
+    if backend != "cuda":
+        return None
+    from .kernels.loader import import_cupy  # noqa: PLC0415
+
+    pool = import_cupy().get_default_memory_pool()
+    pool.free_all_blocks()
+    return pool
+
+
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     ctx.backend = resolve_backend(ctx.cfg.backend)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
     atomic_write_text(ctx.out_dir / "config.resolved.yaml",
                       f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n" + dump_config(ctx.cfg))
-    timings = {}
+    timings, gpu_peaks = {}, {}
     for name in stages:
         t0 = time.perf_counter()
         log.info("stage %s ...", name)
+        pool = _reset_gpu_pool(ctx.backend)
         STAGE_RUNNERS[name](ctx)
         timings[name] = round(time.perf_counter() - t0, 3)
+        if pool is not None:
+            gpu_peaks[name] = int(pool.total_bytes())
         log.info("stage %s done in %.2f s", name, timings[name])
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
-              "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts}
+              "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts,
+              "config": config_to_dict(ctx.cfg)}
+    if gpu_peaks:
+        record["stage_gpu_pool_peak_bytes"] = gpu_peaks
     atomic_write_text(ctx.out_dir / "run.json", json.dumps(record, indent=1))
     if "evaluate" in stages and ctx.cfg.evaluate.report:  # after run.json so the report shows this run's timings
         from .evaluation.stage import write_final_report  # noqa: PLC0415

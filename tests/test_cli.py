@@ -31,6 +31,7 @@ def test_run_then_rerun_resumes(tmp_path, capsys):
     assert record["counts"]["views"] == 5
     resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
     assert resolved["views"]["num_neighbors"] == 3
+    assert record["config"]["views"]["num_neighbors"] == 3 and record["config"] == resolved
     for name in ("pair.txt", "patch-match.cfg", "views.json"):
         assert (out / "stereo" / name).is_file()
     views_mtime = (out / "stereo" / "views.json").stat().st_mtime_ns

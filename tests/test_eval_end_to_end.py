@@ -54,3 +54,8 @@ def test_cpu_pipeline_f1_at_5cm(tmp_path):
 def test_gpu_pipeline_f1_at_2cm(tmp_path):
     res = _run_and_score(tmp_path, 640, 480, "cuda", 0.02)
     assert res["f1"][0] >= GPU_F1_AT_2CM, res
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    peaks = run["stage_gpu_pool_peak_bytes"]
+    # the depth stage's plane/cost/weight buffers alone are > 10 MB at 640x480 with 7 sources
+    assert peaks["depth"] > 10e6 and peaks["fusion"] > 0, peaks
+    assert run["counts"]["depth_gpu_used_peak_bytes"] >= peaks["depth"], run["counts"]
