@@ -158,7 +158,7 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
         d = cfg.depth
         problem.init_depth, problem.init_normal = jbu_upsample(
             prev_depth, prev_normal, problem.ref_image, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
-            sigma_range=d.jbu_sigma_range, backend=backend)
+            sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")
         prof.stop("upsample")
         return problem, d.detail_margin
     problem.init_depth, problem.init_normal = prev_depth, prev_normal

@@ -79,12 +79,14 @@ def _float32_at_most(v: float) -> np.float32:
 
 def jbu_upsample(coarse_depth: np.ndarray, coarse_normal: np.ndarray, guide: np.ndarray, radius: int = 2,
                  sigma_spatial: float = 1.0, sigma_range: float = 25.5,
-                 backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+                 backend: str = "auto", keep_on_device: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Joint bilateral upsampling of a coarse depth + normal map to the guide's resolution.
 
     coarse_depth [h, w] (0 = no depth), coarse_normal [h, w, 3], guide [H, W] grey (0..255, the
     fine reference image); radius in coarse px (2: a 5 x 5 window), sigma_spatial in coarse px,
-    sigma_range in grey levels. Returns (depth [H, W], normal [H, W, 3]) float32.
+    sigma_range in grey levels. Returns (depth [H, W], normal [H, W, 3]) float32; with
+    keep_on_device on the CUDA backend as CuPy arrays (the depth stage hands them straight to
+    PatchMatch as its prior instead of a download and an upload of the fine maps).
     """
     depth_c = _float_map("coarse_depth", coarse_depth, 2)
     normal_c = _float_map("coarse_normal", coarse_normal, 3)
@@ -116,7 +118,7 @@ def jbu_upsample(coarse_depth: np.ndarray, coarse_normal: np.ndarray, guide: np.
         from .kernels import scale_ops as kops  # noqa: PLC0415
 
         d, n = kops.jbu_upsample(cupy.asarray(depth_c), cupy.asarray(normal_c), cupy.asarray(guide_f), radius, a_s, a_r)
-        return d.get(), n.get()
+        return (d, n) if keep_on_device else (d.get(), n.get())
     return cpu_ops.jbu_upsample(depth_c, normal_c, guide_f, radius, a_s, a_r)
 
 

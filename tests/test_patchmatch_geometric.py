@@ -163,3 +163,22 @@ def test_gpu_geometric_pass_matches_cpu_quality(toy, cupy):
     within = {b: (np.abs(r.depth[m] - toy.gt_depth[m]) / toy.gt_depth[m] < 0.01).mean() for b, r in res.items()}
     print(within)
     assert within["cuda"] > 0.8 and abs(within["cuda"] - within["cpu"]) < 0.03
+
+
+@pytest.mark.gpu
+def test_gpu_prior_on_device_gives_the_same_result(toy, cupy):
+    """A prior handed over as CuPy arrays (the depth stage's upsampled maps) runs exactly like the
+    same prior as NumPy arrays, on both backends; a NaN in it is still caught."""
+    params = PatchMatchParams(iterations=1)
+    host = dataclasses.replace(toy.problem, init_depth=toy.gt_depth, init_normal=toy.gt_normal)
+    dev = dataclasses.replace(toy.problem, init_depth=cupy.asarray(toy.gt_depth),
+                              init_normal=cupy.asarray(toy.gt_normal))
+    for backend in ("cuda", "cpu"):
+        a = run_patchmatch(host, params, backend=backend, seed=4, restore_margin=0.3)
+        b = run_patchmatch(dev, params, backend=backend, seed=4, restore_margin=0.3)
+        np.testing.assert_array_equal(a.depth, b.depth)
+        np.testing.assert_array_equal(a.normal, b.normal)
+    bad = cupy.asarray(toy.gt_depth).copy()
+    bad[3, 3] = cupy.nan
+    with pytest.raises(MVSError, match="NaN or infinite"):
+        run_patchmatch(dataclasses.replace(dev, init_depth=bad), params, backend="cuda")

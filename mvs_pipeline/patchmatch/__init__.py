@@ -44,6 +44,9 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
                           texture_cache=texture_cache)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
+    if hasattr(clean.init_depth, "__cuda_array_interface__"):   # a GPU prior on the CPU backend
+        clean.init_depth, clean.init_normal = clean.init_depth.get(), clean.init_normal.get()
+
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)
 
 

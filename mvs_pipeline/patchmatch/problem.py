@@ -133,6 +133,34 @@ def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_ma
     return float(inside.mean())
 
 
+def _on_gpu(a) -> bool:
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def _check_prior(depth, normal, H: int, W: int, name: str):
+    """Shapes and finiteness of the prior maps; CuPy arrays (a prior computed on the GPU, for the
+    CUDA backend) stay on the device and are checked there."""
+    if _on_gpu(depth) != _on_gpu(normal):
+        raise MVSError(f"{name}: init_depth and init_normal must both be NumPy or both CuPy arrays")
+    if _on_gpu(depth):
+        import cupy as cp  # noqa: PLC0415
+
+        depth = cp.ascontiguousarray(depth, dtype=cp.float32)
+        normal = cp.ascontiguousarray(normal, dtype=cp.float32)
+        finite = bool(cp.isfinite(depth).all()) and bool(cp.isfinite(normal).all())
+    else:
+        depth = np.ascontiguousarray(depth, dtype=np.float32)
+        normal = np.ascontiguousarray(normal, dtype=np.float32)
+        finite = all_finite(depth) and all_finite(normal)
+    if depth.shape != (H, W):
+        raise MVSError(f"{name}: init_depth has shape {depth.shape}, expected {(H, W)}")
+    if normal.shape != (H, W, 3):
+        raise MVSError(f"{name}: init_normal has shape {normal.shape}, expected {(H, W, 3)}")
+    if not finite:
+        raise MVSError(f"{name}: init_depth / init_normal contain NaN or infinite values")
+    return depth, normal
+
+
 def _check_keys(keys, S: int, what: str, name: str):
     if keys is None:
         return None
@@ -211,14 +239,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
     if (problem.init_depth is None) != (problem.init_normal is None):
         raise MVSError(f"{name}: init_depth and init_normal must be given together")
     if problem.init_depth is not None:
-        init_depth = np.ascontiguousarray(problem.init_depth, dtype=np.float32)
-        init_normal = np.ascontiguousarray(problem.init_normal, dtype=np.float32)
-        if init_depth.shape != (H, W):
-            raise MVSError(f"{name}: init_depth has shape {init_depth.shape}, expected {(H, W)}")
-        if init_normal.shape != (H, W, 3):
-            raise MVSError(f"{name}: init_normal has shape {init_normal.shape}, expected {(H, W, 3)}")
-        if not (all_finite(init_depth) and all_finite(init_normal)):
-            raise MVSError(f"{name}: init_depth / init_normal contain NaN or infinite values")
+        init_depth, init_normal = _check_prior(problem.init_depth, problem.init_normal, H, W, name)
 
     src_depths = None
     if problem.src_depths is not None:
