@@ -141,8 +141,10 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
     seconds = {}
 
     t0 = time.perf_counter()
-    gt_world = np.concatenate([s.points_in_world() for s in scans])  # [M, 3] float64
-    gt32 = gt_world.astype(np.float32)  # what the official program holds (affine * p in float)
+    # [M, 3] the GT in world coordinates exactly as the official program holds it (float32
+    # arithmetic, see Scan.points_in_world_float32); distances are then taken in float64
+    gt32 = np.concatenate([s.points_in_world_float32() for s in scans])
+    gt_world = gt32.astype(np.float64)
     seconds["prepare"] = time.perf_counter() - t0
 
     if which == "cuda":

@@ -65,6 +65,21 @@ class Scan:
         """[M, 3] float64: R @ p + t for every scan point."""
         return self.points.astype(np.float64) @ self.rotation.T + self.translation
 
+    def points_in_world_float32(self) -> np.ndarray:
+        """[M, 3] float32: R @ p + t computed the way the official evaluator does it (Eigen's
+        Affine3f * Vector3f): float32 matrix and points, each product and sum rounded to float32
+        in the order ((r0 x + r1 y) + r2 z) + t. Rounding the float64 product instead moves
+        points by up to one float32 step, which puts points lying exactly on a voxel face (a
+        synthetic wall at a whole centimetre) into the neighbouring cell and changed
+        completeness by up to 0.025 against the official program."""
+        R = self.rotation.astype(np.float32)
+        t = self.translation.astype(np.float32)
+        p = np.asarray(self.points, dtype=np.float32)
+        out = np.empty_like(p)
+        for i in range(3):
+            out[:, i] = ((R[i, 0] * p[:, 0] + R[i, 1] * p[:, 1]) + R[i, 2] * p[:, 2]) + t[i]
+        return out
+
 
 def _parse_matrix(text: str | None, where: str) -> np.ndarray:
     if text is None or not text.split():
