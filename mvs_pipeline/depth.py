@@ -144,11 +144,12 @@ def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageC
 
 def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass,
                  previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str,
-                 prof: "Profile") -> tuple[PatchMatchProblem, float | None]:
-    """Fill the problem's prior and source depth maps for this pass; returns the restore margin."""
+                 prof: "Profile") -> float | None:
+    """Fill in the problem's prior and source depth maps for this pass; returns the detail
+    restorer's margin (None: no restorer)."""
     name = scene.views[ref].name
     if previous is None:
-        return problem, None
+        return None
     what = f"image '{name}' ({previous.id})"
     prev_size = view_size(scene, ref, previous.scale)
     prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
@@ -160,7 +161,7 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
             prev_depth, prev_normal, problem.ref_image, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")
         prof.stop("upsample")
-        return problem, d.detail_margin
+        return d.detail_margin
     problem.init_depth, problem.init_normal = prev_depth, prev_normal
     problem.src_depths = [
         maps.depth(previous.map_path("depth", scene.views[s].name), view_size(scene, s, pss.scale)[::-1],
@@ -168,7 +169,7 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
         for s in sel.neighbors[ref]]
     problem.src_depth_keys = [("depth", previous.index, s) for s in sel.neighbors[ref]]
     prof.stop("read_maps")
-    return problem, None
+    return None
 
 
 class MapWriter:
@@ -280,7 +281,7 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
                 prof.start()
                 problem = build_problem(scene, sel, ref, images, pss.scale)
                 prof.stop("read_images")
-                problem, margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
+                margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
                 seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
                 timings, memory = {}, {}
                 result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
@@ -327,47 +328,41 @@ def _previous_pass(passes: list[DepthPass], pss: DepthPass) -> DepthPass | None:
     return passes[pss.index - 1] if pss.index > 0 else None
 
 
+def _filter_sources(sel: ViewSelection, keep) -> ViewSelection:
+    """The selection with only the sources s of each reference view ref where keep(ref, s)."""
+    kept = [[(s, score) for s, score in zip(srcs, scores) if keep(ref, s)]
+            for ref, (srcs, scores) in enumerate(zip(sel.neighbors, sel.scores))]
+    return ViewSelection(neighbors=[[s for s, _ in k] for k in kept], scores=[[sc for _, sc in k] for k in kept],
+                         depth_ranges=sel.depth_ranges)
+
+
 def _drop_non_overlapping(scene: Scene, sel: ViewSelection) -> ViewSelection:
     """Drop (with a warning) sources that see nothing of the reference's depth range: the view
     selection scores shared sparse points, which a large neighbour count can exhaust, and
     PatchMatch rejects such a source (every window would cost the maximum)."""
-    neighbors, scores = [], []
-    for ref, (srcs, scs) in enumerate(zip(sel.neighbors, sel.scores)):
-        rv = scene.views[ref]
+    def overlaps(ref: int, s: int) -> bool:
+        rv, sv = scene.views[ref], scene.views[s]
         lo, hi = sel.depth_ranges[ref]
-        keep = []
-        for k, s in enumerate(srcs):
-            sv = scene.views[s]
-            R = sv.R @ rv.R.T
-            frac = overlap_fraction(rv.K, (rv.width, rv.height), sv.K, (sv.width, sv.height), R, sv.t - R @ rv.t,
-                                    float(lo), float(hi))
-            if frac > 0:
-                keep.append(k)
-            else:
-                log.warning("depth: source '%s' of '%s' does not overlap it in its depth range; dropped",
-                            sv.name, rv.name)
-        neighbors.append([srcs[k] for k in keep])
-        scores.append([scs[k] for k in keep])
-    return ViewSelection(neighbors=neighbors, scores=scores, depth_ranges=sel.depth_ranges)
+        R = sv.R @ rv.R.T
+        if overlap_fraction(rv.K, (rv.width, rv.height), sv.K, (sv.width, sv.height), R, sv.t - R @ rv.t,
+                            float(lo), float(hi)) > 0:
+            return True
+        log.warning("depth: source '%s' of '%s' does not overlap it in its depth range; dropped", sv.name, rv.name)
+        return False
+
+    return _filter_sources(sel, overlaps)
 
 
 def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:
     """The selection with every view's sources limited to views in `with_maps`, repeated until
-    stable (dropping a view's last source removes it from `with_maps` too)."""
-    neighbors = [list(n) for n in sel.neighbors]
-    scores = [list(s) for s in sel.scores]
+    stable (dropping a view's last source takes it out of `with_maps` too)."""
+    with_maps = set(with_maps)
     while True:
-        changed = False
-        for i in range(len(neighbors)):
-            keep = [k for k, s in enumerate(neighbors[i]) if s in with_maps]
-            if len(keep) != len(neighbors[i]):
-                neighbors[i] = [neighbors[i][k] for k in keep]
-                scores[i] = [scores[i][k] for k in keep]
-                changed = True
-            if not neighbors[i]:
-                with_maps.discard(i)
-        if not changed:
-            return ViewSelection(neighbors=neighbors, scores=scores, depth_ranges=sel.depth_ranges)
+        restricted = _filter_sources(sel, lambda ref, s: s in with_maps)
+        with_maps = {i for i in with_maps if restricted.neighbors[i]}
+        if restricted.neighbors == sel.neighbors:
+            return restricted
+        sel = restricted
 
 
 def _write_maps(pss: DepthPass, name: str, depth: np.ndarray, normal: np.ndarray, cost: np.ndarray) -> None:

@@ -37,7 +37,7 @@ class DepthPass:
 
     @property
     def id(self) -> str:
-        return f"s{self.scale}_{self.kind}" + (f"{self.repeat}" if self.kind == "geometric" else "")
+        return pass_id(self.scale, self.kind, self.repeat)
 
     def map_path(self, kind: str, name: str) -> Path:
         """kind: depth | normal | cost."""
@@ -46,6 +46,11 @@ class DepthPass:
     def done(self, name: str) -> bool:
         """All three maps exist (each written atomically, depth last)."""
         return all(self.map_path(k, name).is_file() for k in MAP_KINDS)
+
+
+def pass_id(scale: int, kind: str, repeat: int) -> str:
+    """`s<scale>_photometric` or `s<scale>_geometric<repeat>`: the pass's folder name."""
+    return f"s{scale}_{kind}" + (f"{repeat}" if kind == "geometric" else "")
 
 
 def num_scales(cfg: DepthConfig, max_long_side: int) -> int:
@@ -82,8 +87,6 @@ def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int) -> list[
         for j, (kind, repeat) in enumerate(kinds):
             last = scale == 0 and j == len(kinds) - 1
             finest_photometric = scale == 0 and kind == "photometric"
-            passes.append(DepthPass(index=len(passes), scale=scale, kind=kind, repeat=repeat, final=last,
-                                    root=stereo_dir if (last or finest_photometric) else stereo_dir / "passes"))
-    # give intermediate passes their own folders (after creation, so ids are known)
-    return [p if p.root == stereo_dir else DepthPass(p.index, p.scale, p.kind, p.repeat, p.final,
-                                                         stereo_dir / "passes" / p.id) for p in passes]
+            root = stereo_dir if (last or finest_photometric) else stereo_dir / "passes" / pass_id(scale, kind, repeat)
+            passes.append(DepthPass(index=len(passes), scale=scale, kind=kind, repeat=repeat, final=last, root=root))
+    return passes

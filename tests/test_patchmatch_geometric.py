@@ -9,12 +9,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mvs_pipeline.cpu import patchmatch as cpu
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.patchmatch import PatchMatchParams, run_patchmatch, validate_problem
-from mvs_pipeline.patchmatch.packing import geometry_arrays, pack_params, padded_sources
+from mvs_pipeline.patchmatch.packing import pack_params
 from mvs_pipeline.patchmatch.problem import source_matrices
 from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
+
+from .test_patchmatch_cpu import _twin_costs
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +49,8 @@ def _reproj_reference(p, x, y, depth, src_depth, s, cap):
 
 
 def _costs(problem, params, pixels, planes):
-    p = validate_problem(problem)
-    srcs, sizes = padded_sources(p)
-    K_inv, M, e = source_matrices(p)
-    f, i = pack_params(params, p, 0, 0)
-    out = np.full((len(pixels), p.num_sources), np.nan)
-    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i,
-                         pixels.astype(np.int64), planes.astype(np.float64), out)
-    return p, out
+    """(validated problem, [N, S] CPU-twin costs of planes at pixels)."""
+    return validate_problem(problem), _twin_costs(problem, params, pixels, planes)
 
 
 def _random_planes(toy, n, rng):

@@ -668,7 +668,9 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
 # Image-wide drivers (rows in parallel; a colour only reads the other colour)
 # ------------------------------------------------------------------------------------------
 
-def _window_len(iparams):
+@njit(cache=True, inline="always")
+def window_len(iparams):
+    """Samples in the matching window (the length of the rv / rw scratch arrays)."""
     n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
     return n * n
 
@@ -678,10 +680,10 @@ def init_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth, i
              plane, cost, selected):
     H, W = ref.shape
     S = srcs.shape[0]
-    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    nw = window_len(iparams)
     for y in prange(H):
-        rv = np.empty(n * n)
-        rw = np.empty(n * n)
+        rv = np.empty(nw)
+        rw = np.empty(nw)
         cvec = np.empty(S)
         Hm = np.empty((3, 3))
         ones = np.ones(S, dtype=np.uint8)
@@ -695,10 +697,10 @@ def propagate_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color,
                     plane, cost, selected, weights_map):
     H, W = ref.shape
     S = srcs.shape[0]
-    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    nw = window_len(iparams)
     for y in prange(H):
-        rv = np.empty(n * n)
-        rw = np.empty(n * n)
+        rv = np.empty(nw)
+        rw = np.empty(nw)
         cand = np.empty(NUM_CANDIDATES, dtype=np.int64)
         cmat = np.empty((NUM_CANDIDATES, S))
         flags = np.empty(NUM_CANDIDATES, dtype=np.uint8)
@@ -717,10 +719,10 @@ def propagate_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color,
 def refine_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color, pass_id, plane, cost, weights_map):
     H, W = ref.shape
     S = srcs.shape[0]
-    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    nw = window_len(iparams)
     for y in prange(H):
-        rv = np.empty(n * n)
-        rw = np.empty(n * n)
+        rv = np.empty(nw)
+        rw = np.empty(nw)
         cvec = np.empty(S)
         Hm = np.empty((3, 3))
         for x in range((y + color) & 1, W, 2):
@@ -737,10 +739,10 @@ def score_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, plane, weigh
     """
     H, W = ref.shape
     S = srcs.shape[0]
-    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    nw = window_len(iparams)
     for y in prange(H):
-        rv = np.empty(n * n)
-        rw = np.empty(n * n)
+        rv = np.empty(nw)
+        rw = np.empty(nw)
         cvec = np.empty(S)
         Hm = np.empty((3, 3))
         for x in range(W):
@@ -761,10 +763,10 @@ def debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixel
     """out [N, S] = per-source costs of planes [N, 4] (nx, ny, nz, depth) at pixels [N, 2] (x, y)."""
     N = pixels.shape[0]
     S = srcs.shape[0]
-    n = 2 * iparams[I_RADIUS] // iparams[I_STEP] + 1
+    nw = window_len(iparams)
     for j in prange(N):
-        rv = np.empty(n * n)
-        rw = np.empty(n * n)
+        rv = np.empty(nw)
+        rw = np.empty(nw)
         Hm = np.empty((3, 3))
         ones = np.ones(S, dtype=np.uint8)
         x, y = pixels[j, 0], pixels[j, 1]

@@ -17,6 +17,7 @@ import numpy as np
 from ..cpu.patchmatch import NUM_FPARAMS, NUM_IPARAMS
 from ..patchmatch.packing import stored_source
 from ..patchmatch.params import MAX_NUM_REFINE
+from ..patchmatch.problem import back_projection
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
 from .checks import check_array
 from .loader import get_kernel, import_cupy
@@ -160,10 +161,9 @@ class DeviceProblem:
         self.K_inv = cp.asarray(np.asarray(K_inv, np.float32).reshape(9))                   # [9]
         self.M = cp.asarray(np.asarray(M, np.float32).reshape(S, 9))                        # [S, 9]
         self.e = cp.asarray(np.asarray(e, np.float32).reshape(S, 3))                        # [S, 3]
-        Minv = np.linalg.inv(np.asarray(M, np.float64).reshape(S, 3, 3))
+        Minv, f = back_projection(np.asarray(M).reshape(S, 3, 3), np.asarray(e).reshape(S, 3))
         self.Minv = cp.asarray(Minv.astype(np.float32).reshape(S, 9))                       # [S, 9]
-        self.f = cp.asarray(np.einsum("sij,sj->si", Minv, np.asarray(e, np.float64).reshape(S, 3))
-                            .astype(np.float32))                                             # [S, 3]
+        self.f = cp.asarray(f.astype(np.float32))                                            # [S, 3]
         self.geom = problem.src_depths is not None
         self.depths = _Textures(problem.src_depths, problem.src_depth_keys, cache, depth_texture, "src_depths",
                                 32) if self.geom else None

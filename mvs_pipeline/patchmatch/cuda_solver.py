@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from ..cpu import patchmatch as cpu
 from ..errors import MVSError
 from ..kernels import patchmatch as kpm

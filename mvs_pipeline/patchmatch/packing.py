@@ -10,7 +10,7 @@ import numpy as np
 
 from ..cpu import patchmatch as cpu
 from .params import PatchMatchParams
-from .problem import PatchMatchProblem
+from .problem import PatchMatchProblem, back_projection
 
 
 def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration: int, seed: int
@@ -76,8 +76,7 @@ def geometry_arrays(problem: PatchMatchProblem, M: np.ndarray, e: np.ndarray
     placeholder; Minv and f are computed either way (cheap, and the GPU always takes them).
     """
     S = problem.num_sources
-    Minv = np.linalg.inv(M)
-    f = np.einsum("sij,sj->si", Minv, e)
+    Minv, f = back_projection(M, e)
     if problem.src_depths is None:
         return np.zeros((S, 1, 1), np.float32), Minv, f
     hmax = max(d.shape[0] for d in problem.src_depths)

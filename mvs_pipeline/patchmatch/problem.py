@@ -272,3 +272,12 @@ def source_matrices(problem: PatchMatchProblem) -> tuple[np.ndarray, np.ndarray,
     M = np.einsum("sij,sjk,kl->sil", problem.K_src, problem.R_src_from_ref, K_inv)
     e = np.einsum("sij,sj->si", problem.K_src, problem.t_src_from_ref)
     return K_inv, M, e
+
+
+def back_projection(M: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The way back from a source pixel to the reference that geometric passes need: with
+    M = K_src R K_ref^-1 and e = K_src t (source_matrices), Minv = M^-1 = K_ref R^T K_src^-1
+    [S, 3, 3] and f = Minv e = K_ref R^T t [S, 3] (float64), so that a source point at depth
+    ds and pixel (us, vs) lands at ds Minv (us, vs, 1) - f in the reference (homogeneous)."""
+    Minv = np.linalg.inv(np.asarray(M, dtype=np.float64))
+    return Minv, np.einsum("sij,sj->si", Minv, np.asarray(e, dtype=np.float64))
