@@ -10,28 +10,30 @@ The finest scale's last pass is post-filtered (median over checkerboard neighbou
 cost threshold) and written as `<name>.geometric.bin` (`.photometric.bin` without geometric
 passes), which is what fusion reads. Previews of the final maps go to stereo/previews/.
 
-Resume: a (pass, view) is done when its depth, normal and cost maps exist; each file is
-written atomically and depth last, so an interrupted run redoes at most one view of one pass.
-Every pass reads only files of earlier passes and draws from a seed fixed per (pass, view), so a
-resumed run writes the same maps as an uninterrupted one.
+Resume: a (pass, view) is done when its depth, normal and cost maps exist and are complete;
+each file is written atomically and depth last, so an interrupted run redoes only the views whose
+maps were still queued for writing. Every pass reads only maps of earlier passes (from memory, or
+from their files after a resume) and draws from a seed fixed per (pass, view), so a resumed run
+writes the same maps as an uninterrupted one.
+
+On the GPU the maps stay on the device from pass to pass (depth_caches.MapCache), and are copied
+to the host only to be written, in the background (depth_writer).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import cv2
 import numpy as np
 from tqdm import tqdm
 
 from .config_schema import PipelineConfig
+from .depth_caches import GreyImageCache, MapCache
 from .depth_passes import DepthPass, plan_passes, scaled_K, scaled_size
-from .errors import MVSError
-from .io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map, write_previews
+from .depth_writer import MapWriter
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fraction
 from .scale_ops import jbu_upsample, postfilter_depth
@@ -39,82 +41,6 @@ from .scene import Scene
 from .views import ViewSelection
 
 log = logging.getLogger(__name__)
-
-
-class GreyImageCache:
-    """Decoded grey images (float32, 0..255) per (view, scale), most recently used kept."""
-
-    def __init__(self, scene: Scene, capacity: int = 96):
-        self.scene, self.capacity = scene, capacity
-        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
-
-    def _full(self, view_idx: int) -> np.ndarray:
-        view = self.scene.views[view_idx]
-        pixels = cv2.imread(str(view.image_path), cv2.IMREAD_GRAYSCALE)
-        if pixels is None:
-            raise MVSError(f"{view.image_path}: image '{view.name}' could not be read")
-        if pixels.shape != (view.height, view.width):
-            raise MVSError(f"{view.image_path}: image '{view.name}' is {pixels.shape[1]}x{pixels.shape[0]} px "
-                           f"but its camera says {view.width}x{view.height}")
-        return pixels.astype(np.float32)
-
-    def get(self, view_idx: int, scale: int = 0) -> np.ndarray:
-        key = (view_idx, scale)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        if scale == 0:
-            grey = self._full(view_idx)
-        else:
-            view = self.scene.views[view_idx]
-            # from the cached full image (decoded once per view); area averaging: each pixel
-            # counts once, no aliasing of fine texture
-            grey = cv2.resize(self.get(view_idx, 0), scaled_size(view.width, view.height, scale),
-                              interpolation=cv2.INTER_AREA)
-        grey.setflags(write=False)   # shared by many problems; read-only lets PatchMatch skip re-checks
-        self._cache[key] = grey
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
-        return grey
-
-
-class MapCache:
-    """Maps of earlier passes, most recently used kept up to a byte budget. A pass's maps go in as
-    they are written (the next pass reads them without touching the disk: at 3200x2130 reading
-    them back took ~7 % of the stage); after a resume they are read from disk on first use."""
-
-    def __init__(self, max_bytes: int = 4 << 30):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._cache: OrderedDict[Path, np.ndarray] = OrderedDict()
-
-    def put(self, path: Path, array: np.ndarray) -> None:
-        if path in self._cache:
-            self.bytes -= self._cache.pop(path).nbytes
-        self._cache[path] = array
-        self.bytes += array.nbytes
-        while self.bytes > self.max_bytes and len(self._cache) > 1:
-            self.bytes -= self._cache.popitem(last=False)[1].nbytes
-
-    def _get(self, path: Path, reader, kind: str, expected_shape: tuple, what: str) -> np.ndarray:
-        if path in self._cache:
-            self._cache.move_to_end(path)
-            return self._cache[path]
-        if not path.is_file():
-            raise MVSError(f"{path}: {kind} map of {what} is missing (delete stereo/ or run with --overwrite)")
-        a = reader(path)
-        if a.shape != tuple(expected_shape):
-            raise MVSError(f"{path}: {kind} map of {what} is {a.shape[1]}x{a.shape[0]} px, expected "
-                           f"{expected_shape[1]}x{expected_shape[0]} for this scale: maps from another "
-                           f"configuration; rerun the depth stage with --overwrite")
-        self.put(path, a)
-        return a
-
-    def depth(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
-        return self._get(path, read_depth_map, "depth", tuple(expected_shape), what)
-
-    def normal(self, path: Path, expected_shape: tuple[int, int], what: str) -> np.ndarray:
-        return self._get(path, read_normal_map, "normal", (*expected_shape, 3), what)
 
 
 def view_size(scene: Scene, view_idx: int, scale: int) -> tuple[int, int]:
@@ -139,14 +65,15 @@ def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageC
         K_ref=scaled_K(rv.K, rv.width, rv.height, ref_size), K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=float(lo), depth_max=float(hi),
         ref_camera_size=ref_size, src_camera_sizes=src_sizes, src_keys=[("image", s, scale) for s in srcs],
-        name=f"image '{rv.name}'" + (f" (scale 1/{2 ** scale})" if scale else ""))
+        ref_key=("image", ref, scale), name=f"image '{rv.name}'" + (f" (scale 1/{2 ** scale})" if scale else ""))
 
 
 def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass,
                  previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str,
-                 prof: "Profile") -> float | None:
+                 prof: "Profile", device_cache=None) -> float | None:
     """Fill in the problem's prior and source depth maps for this pass; returns the detail
-    restorer's margin (None: no restorer)."""
+    restorer's margin (None: no restorer). `device_cache` (GPU): the TextureCache that also keeps
+    the reference images on the device, used as the upsampling guide."""
     name = scene.views[ref].name
     if previous is None:
         return None
@@ -157,8 +84,10 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
         d = cfg.depth
+        guide = problem.ref_image if device_cache is None else device_cache.array(("ref", problem.ref_key),
+                                                                                   problem.ref_image)
         problem.init_depth, problem.init_normal = jbu_upsample(
-            prev_depth, prev_normal, problem.ref_image, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
+            prev_depth, prev_normal, guide, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")
         prof.stop("upsample")
         return d.detail_margin
@@ -170,43 +99,6 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
     problem.src_depth_keys = [("depth", previous.index, s) for s in sel.neighbors[ref]]
     prof.stop("read_maps")
     return None
-
-
-class MapWriter:
-    """Writes a view's maps in background threads while the GPU works on the next view.
-
-    A pass reads only maps of earlier passes, so `flush` at the end of every pass is the only
-    synchronisation needed; each file is still written atomically (depth last), so a crash
-    loses at most the views still queued, which a rerun redoes.
-    """
-
-    def __init__(self, threads: int = 2):
-        self._pool = ThreadPoolExecutor(max_workers=threads)
-        self._pending: list = []
-        self.seconds = 0.0   # summed over the writer threads (overlaps with compute)
-
-    def submit(self, fn, *args) -> None:
-        def timed():
-            t0 = time.perf_counter()
-            fn(*args)
-            return time.perf_counter() - t0
-
-        self._pending.append(self._pool.submit(timed))
-
-    def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        for fut in pending:
-            self.seconds += fut.result()   # re-raises a failed write
-
-    def close(self, raise_errors: bool = True) -> None:
-        try:
-            self.flush()
-        except Exception:
-            if raise_errors:
-                raise
-            log.exception("depth: writing maps failed")
-        finally:
-            self._pool.shutdown(wait=True)
 
 
 class Profile:
@@ -257,15 +149,20 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     max_side = max(max(v.width, v.height) for v in scene.views)
     passes = plan_passes(cfg.depth, out_dir / "stereo", max_side)
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
-    images = GreyImageCache(scene)
-    maps = MapCache()
-    writer = MapWriter(threads=4)
+    on_gpu = backend == "cuda"
+    images = GreyImageCache(scene, threads=min(8, os.cpu_count() or 1))
+    writer = MapWriter(threads=4, durable=cfg.depth.sync_maps)
     textures = None
-    if backend == "cuda":   # sources stay on the GPU across references (GPU texture cache)
+    if on_gpu:   # sources and reference images stay on the GPU across references and passes
+        from .kernels.loader import import_cupy  # noqa: PLC0415
         from .kernels.patchmatch import TextureCache  # noqa: PLC0415
 
         textures = TextureCache()
-    computed, resumed, valid_pixels = 0, 0, 0
+        free, _ = import_cupy().cuda.runtime.memGetInfo()
+        maps = MapCache(max_bytes=free // 4, before_disk_read=writer.flush)   # on the device
+    else:
+        maps = MapCache(before_disk_read=writer.flush)
+    computed, resumed = 0, 0
     seconds: dict[str, float] = {}
     try:
         for pss in passes:
@@ -275,47 +172,47 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
             if not pending:
                 log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
                 continue
+            images.prefetch((v, pss.scale) for ref in pending for v in [ref, *sel.neighbors[ref]])
             start = time.perf_counter()
             for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
                 name = scene.views[ref].name
                 prof.start()
                 problem = build_problem(scene, sel, ref, images, pss.scale)
                 prof.stop("read_images")
-                margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof)
+                margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof, textures)
                 seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
                 timings, memory = {}, {}
                 result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
-                                        timings=timings, memory=memory, texture_cache=textures)
+                                        timings=timings, memory=memory, texture_cache=textures, keep_on_device=on_gpu)
                 prof.stop("patchmatch")
                 prof.add_solver(pss.kind, timings, memory)
                 depth = result.depth
                 if pss.final:
                     depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
-                                             backend=backend)
+                                             backend=backend, keep_on_device=on_gpu)
                     prof.stop("postfilter")
-                writer.submit(_write_maps, pss, name, depth, result.normal, result.cost)
+                preview = (out_dir / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
+                writer.submit(pss, name, depth, result.normal, result.cost, preview)
                 maps.put(pss.map_path("depth", name), depth)
                 maps.put(pss.map_path("normal", name), result.normal)
-                if pss.final:
-                    writer.submit(write_previews, out_dir / "stereo" / "previews" / name, depth, result.normal,
-                                  result.cost, tuple(sel.depth_ranges[ref]))
-                    valid_pixels += int((depth > 0).sum())
                 prof.stop("queue_writes")
                 computed += 1
-            prof.start()
-            writer.flush()
-            prof.stop("wait_for_writes")
+            # no wait for the writes here: the next pass reads this one's maps from `maps`
             seconds[pss.id] = time.perf_counter() - start
+        prof.start()
+        writer.flush()
+        prof.stop("wait_for_writes")
     except BaseException:
         writer.close(raise_errors=False)   # views already computed still reach the disk
         raise
     finally:
+        images.close()
         if textures is not None:
             textures.release()
     writer.close()
     prof.seconds["write_maps_in_background"] = writer.seconds
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
-            "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid_pixels,
+            "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": writer.valid_pixels,
             "depth_pass_seconds": seconds, "depth_seconds_by_category": dict(prof.seconds),
             **({"depth_gpu_used_peak_bytes": prof.gpu_used_peak_bytes} if prof.gpu_used_peak_bytes else {})}
 
@@ -363,9 +260,3 @@ def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:
         if restricted.neighbors == sel.neighbors:
             return restricted
         sel = restricted
-
-
-def _write_maps(pss: DepthPass, name: str, depth: np.ndarray, normal: np.ndarray, cost: np.ndarray) -> None:
-    write_normal_map(pss.map_path("normal", name), normal)
-    write_depth_map(pss.map_path("cost", name), cost)      # one channel, same layout as depth
-    write_depth_map(pss.map_path("depth", name), depth)    # last: with the others it marks the view done

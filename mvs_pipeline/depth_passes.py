@@ -23,7 +23,10 @@ import numpy as np
 
 from .config_schema import DepthConfig
 
+from .io.colmap_maps import colmap_array_complete
+
 MAP_KINDS = ("depth", "normal", "cost")
+MAP_CHANNELS = {"depth": 1, "normal": 3, "cost": 1}
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ class DepthPass:
         return self.root / f"{kind}_maps" / f"{name}.{self.kind}.bin"
 
     def done(self, name: str) -> bool:
-        """All three maps exist (each written atomically, depth last)."""
-        return all(self.map_path(k, name).is_file() for k in MAP_KINDS)
+        """All three maps exist and are complete (each is written atomically, depth last; without
+        fsync a power loss can leave a renamed file short, which then counts as not done)."""
+        return all(colmap_array_complete(self.map_path(k, name), MAP_CHANNELS[k]) for k in MAP_KINDS)
 
 
 def pass_id(scale: int, kind: str, repeat: int) -> str:

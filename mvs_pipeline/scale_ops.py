@@ -10,7 +10,8 @@ post-filter drops poorly matched pixels and replaces isolated outliers by a medi
     depth, normal = jbu_upsample(coarse_depth [h, w], coarse_normal [h, w, 3], guide [H, W])
     depth = postfilter_depth(depth [H, W], cost [H, W], max_cost, median=True)
 
-NumPy in, NumPy out; float32 results. Both backends (`cpu`: Numba, mvs_pipeline/cpu/scale_ops.py;
+NumPy in, NumPy out (float32); on the CUDA backend CuPy inputs are accepted and checked on the
+device, and `keep_on_device` returns CuPy arrays. Both backends (`cpu`: Numba, mvs_pipeline/cpu/scale_ops.py;
 `cuda`: cuda/scale_ops.cu) compute exactly the definitions below in float32.
 
 JBU. For fine pixel (X, Y): c = ((X + 0.5) w / W - 0.5, (Y + 0.5) h / H - 0.5) in coarse pixel
@@ -48,9 +49,11 @@ from .errors import MVSError
 _MAX_LOG_WEIGHT = 1e37
 
 
-def _float_map(name: str, a, ndim: int, allow_int: bool = False) -> np.ndarray:
-    """`a` as a C-contiguous float32 array of `ndim` dimensions with no empty axis."""
-    if not isinstance(a, np.ndarray):
+def _float_map(name: str, a, ndim: int, xp, allow_int: bool = False):
+    """`a` as a C-contiguous float32 array of `ndim` dimensions with no empty axis, in module `xp`
+    (NumPy, or CuPy on the CUDA backend: a CuPy input stays on the device, a NumPy one is uploaded)."""
+    on_gpu = hasattr(a, "__cuda_array_interface__")
+    if not (isinstance(a, np.ndarray) or on_gpu):
         raise MVSError(f"{name}: expected a NumPy array, got {type(a).__name__}")
     kinds = "fiu" if allow_int else "f"
     if a.dtype.kind not in kinds:
@@ -59,7 +62,19 @@ def _float_map(name: str, a, ndim: int, allow_int: bool = False) -> np.ndarray:
     if a.ndim != ndim or 0 in a.shape:
         want = "[H, W]" if ndim == 2 else "[H, W, 3]"
         raise MVSError(f"{name}: shape {a.shape}, expected a non-empty {want}")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    if on_gpu and xp is np:
+        a = a.get()
+    return xp.ascontiguousarray(xp.asarray(a), dtype=xp.float32)
+
+
+def _array_module(backend: str):
+    """(resolved backend, NumPy or CuPy)."""
+    which = resolve_backend(backend)
+    if which == "cuda":
+        import cupy  # noqa: PLC0415
+
+        return which, cupy
+    return which, np
 
 
 def _positive_finite(name: str, v) -> float:
@@ -86,17 +101,19 @@ def jbu_upsample(coarse_depth: np.ndarray, coarse_normal: np.ndarray, guide: np.
     fine reference image); radius in coarse px (2: a 5 x 5 window), sigma_spatial in coarse px,
     sigma_range in grey levels. Returns (depth [H, W], normal [H, W, 3]) float32; with
     keep_on_device on the CUDA backend as CuPy arrays (the depth stage hands them straight to
-    PatchMatch as its prior instead of a download and an upload of the fine maps).
+    PatchMatch as its prior instead of a download and an upload of the fine maps). Inputs may be
+    CuPy arrays (checked on the device).
     """
-    depth_c = _float_map("coarse_depth", coarse_depth, 2)
-    normal_c = _float_map("coarse_normal", coarse_normal, 3)
+    which, xp = _array_module(backend)
+    depth_c = _float_map("coarse_depth", coarse_depth, 2, xp)
+    normal_c = _float_map("coarse_normal", coarse_normal, 3, xp)
     if normal_c.shape != (*depth_c.shape, 3):
         raise MVSError(f"coarse_normal: shape {normal_c.shape}, expected {(*depth_c.shape, 3)} to match coarse_depth")
-    guide_f = _float_map("guide", guide, 2, allow_int=True)
-    if not np.isfinite(guide_f).all():
+    guide_f = _float_map("guide", guide, 2, xp, allow_int=True)
+    if not bool(xp.isfinite(guide_f).all()):
         raise MVSError("guide: contains NaN or infinite values")
-    valid = (depth_c > 0) & np.isfinite(depth_c)
-    if not np.isfinite(normal_c[valid]).all():
+    valid = (depth_c > 0) & xp.isfinite(depth_c)
+    if not bool((xp.isfinite(normal_c).all(axis=-1) | ~valid).all()):
         raise MVSError("coarse_normal: NaN or infinite normal at a pixel with a valid depth")
     if isinstance(radius, bool) or not isinstance(radius, numbers.Integral) or radius < 0:
         raise MVSError(f"radius: {radius!r}, expected an integer >= 0")
@@ -112,22 +129,22 @@ def jbu_upsample(coarse_depth: np.ndarray, coarse_normal: np.ndarray, guide: np.
         raise MVSError(f"sigma_spatial = {sigma_spatial!r} / sigma_range = {sigma_range!r} are too small for "
                        f"float32 weights (radius {radius}, guide range {span:g})")
 
-    if resolve_backend(backend) == "cuda":
-        import cupy  # noqa: PLC0415
-
+    if which == "cuda":
         from .kernels import scale_ops as kops  # noqa: PLC0415
 
-        d, n = kops.jbu_upsample(cupy.asarray(depth_c), cupy.asarray(normal_c), cupy.asarray(guide_f), radius, a_s, a_r)
+        d, n = kops.jbu_upsample(depth_c, normal_c, guide_f, radius, a_s, a_r)
         return (d, n) if keep_on_device else (d.get(), n.get())
     return cpu_ops.jbu_upsample(depth_c, normal_c, guide_f, radius, a_s, a_r)
 
 
 def postfilter_depth(depth: np.ndarray, cost: np.ndarray, max_cost: float, median: bool = True,
-                     backend: str = "auto") -> np.ndarray:
+                     backend: str = "auto", keep_on_device: bool = False) -> np.ndarray:
     """Drop pixels whose cost exceeds max_cost (inf: keep all), then optionally replace each
-    remaining depth by the median over its checkerboard neighbours. [H, W] float32 (0 = none)."""
-    depth_f = _float_map("depth", depth, 2)
-    cost_f = _float_map("cost", cost, 2)
+    remaining depth by the median over its checkerboard neighbours. [H, W] float32 (0 = none);
+    a CuPy array with keep_on_device on the CUDA backend (inputs may be CuPy arrays)."""
+    which, xp = _array_module(backend)
+    depth_f = _float_map("depth", depth, 2, xp)
+    cost_f = _float_map("cost", cost, 2, xp)
     if cost_f.shape != depth_f.shape:
         raise MVSError(f"cost: shape {cost_f.shape}, expected {depth_f.shape} to match depth")
     if isinstance(max_cost, bool) or not isinstance(max_cost, numbers.Real) or math.isnan(float(max_cost)):
@@ -136,10 +153,9 @@ def postfilter_depth(depth: np.ndarray, cost: np.ndarray, max_cost: float, media
         raise MVSError(f"median: {median!r}, expected True or False")
     threshold = _float32_at_most(float(max_cost))
 
-    if resolve_backend(backend) == "cuda":
-        import cupy  # noqa: PLC0415
-
+    if which == "cuda":
         from .kernels import scale_ops as kops  # noqa: PLC0415
 
-        return kops.postfilter_depth(cupy.asarray(depth_f), cupy.asarray(cost_f), threshold, bool(median)).get()
+        out = kops.postfilter_depth(depth_f, cost_f, threshold, bool(median))
+        return out if keep_on_device else out.get()
     return cpu_ops.postfilter_depth(depth_f, cost_f, threshold, bool(median))

@@ -87,11 +87,28 @@ def test_write_is_atomic_and_failed_write_keeps_old_map(tmp_path, monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(cm, "encode_colmap_array", lambda a: b"4&4&1&" + b"\0" * 10 + boom())
+    # fails after the header reached the temporary file
+    monkeypatch.setattr(cm, "memoryview", boom, raising=False)
     with pytest.raises(RuntimeError):
         cm.write_depth_map(path, np.zeros((4, 4), np.float32))
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["x.bin"]     # no temp file left behind
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_planar_writer_matches_interleaved_writer_and_completeness(tmp_path, durable):
+    normal = np.random.default_rng(3).standard_normal((5, 7, 3)).astype(np.float32)
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    cm.write_normal_map(a, normal)
+    cm.write_colmap_planes(b, np.ascontiguousarray(normal.transpose(2, 0, 1)), durable=durable)
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes().startswith(b"7&5&3&")
+    np.testing.assert_array_equal(cm.read_normal_map(b), normal)
+    assert cm.colmap_array_complete(b, 3) and not cm.colmap_array_complete(b, 1)
+    b.write_bytes(b.read_bytes()[:-4])                      # cut short
+    assert not cm.colmap_array_complete(b, 3)
+    b.write_bytes(b"")                                      # renamed before its data reached the disk
+    assert not cm.colmap_array_complete(b, 3)
+    assert not cm.colmap_array_complete(tmp_path / "missing.bin", 3)
 
 
 @pytest.mark.parametrize("data,match", [

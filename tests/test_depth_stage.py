@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mvs_pipeline import depth as depth_stage
+from mvs_pipeline import depth_caches
 from mvs_pipeline.cli import main
 from mvs_pipeline.config_schema import DepthConfig
 from mvs_pipeline.depth_passes import num_scales, plan_passes, scaled_K, scaled_size
@@ -17,6 +19,11 @@ from mvs_pipeline.io.colmap_maps import write_depth_map
 # two scales (160 px coarse), one geometric pass, one iteration: every kind of pass, quickly
 FAST = ["--set", "backend=cpu", "--set", "depth.coarsest_max_size=160", "--set", "depth.geometric_passes=1",
         "--set", "patchmatch.iterations=1"]
+BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _fast(backend: str) -> list[str]:
+    return [*FAST, "--set", f"backend={backend}"]
 
 
 def test_plan_scales_and_files(tmp_path):
@@ -53,10 +60,11 @@ def _map_files(out: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_interrupted_run_resumes_to_identical_maps(synth_scene_factory, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_interrupted_run_resumes_to_identical_maps(synth_scene_factory, tmp_path, backend):
     scene = synth_scene_factory("object", views=5, width=200, height=150)
     full = tmp_path / "full"
-    assert main(["-q", "run", str(scene), "-o", str(full), "--stages", "load,views,depth", *FAST]) == 0
+    assert main(["-q", "run", str(scene), "-o", str(full), "--stages", "load,views,depth", *_fast(backend)]) == 0
     files = _map_files(full)
     # 2 scales x (photometric + geometric) x 5 views x 3 maps
     assert len(files) == 60, sorted(files)
@@ -71,11 +79,38 @@ def test_interrupted_run_resumes_to_identical_maps(synth_scene_factory, tmp_path
                                                           or "view_004" in rel)):
             (cut / rel).unlink()
     (cut / "stereo" / "depth_maps" / "view_004.png.photometric.bin.tmp").write_bytes(b"half")
-    assert main(["-q", "run", str(scene), "-o", str(cut), "--stages", "load,views,depth", *FAST]) == 0
+    # a map renamed into place whose data never reached the disk (power loss without fsync)
+    short = cut / "stereo" / "normal_maps" / "view_002.png.photometric.bin"
+    short.write_bytes(short.read_bytes()[:100])
+    assert main(["-q", "run", str(scene), "-o", str(cut), "--stages", "load,views,depth", *_fast(backend)]) == 0
     resumed = _map_files(cut)
     assert resumed.keys() == files.keys()
     differing = [k for k in files if files[k] != resumed[k]]
     assert not differing, differing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_maps_read_back_from_files_give_the_same_maps(synth_scene_factory, tmp_path, monkeypatch, backend):
+    """With no room to keep a pass's maps in memory (on the GPU: on the device) the next pass
+    reads them back from their files, after waiting for the background writer: same maps."""
+    scene = synth_scene_factory("object", views=5, width=200, height=150)
+    kept, reread = tmp_path / "kept", tmp_path / "reread"
+    assert main(["-q", "run", str(scene), "-o", str(kept), "--stages", "load,views,depth", *_fast(backend)]) == 0
+    misses = []
+
+    def no_room(max_bytes=0, before_disk_read=None):
+        def flush_and_count():
+            misses.append(1)
+            before_disk_read()
+        return depth_caches.MapCache(0, flush_and_count)
+
+    monkeypatch.setattr(depth_stage, "MapCache", no_room)
+    assert main(["-q", "run", str(scene), "-o", str(reread), "--stages", "load,views,depth", *_fast(backend)]) == 0
+    assert len(misses) > 20          # nearly every previous-pass map came from its file
+    a, b = _map_files(kept), _map_files(reread)
+    assert a.keys() == b.keys() and len(a) == 60
+    assert not [k for k in a if a[k] != b[k]]
 
 
 @pytest.mark.slow

@@ -1,7 +1,10 @@
 """Atomic file writes: write to a temporary sibling, fsync, then rename over the target.
 
 A crash or Ctrl-C mid-write leaves either the old file or no file, never a truncated one, which
-is what lets every stage treat "output exists" as "output is complete" and resume.
+is what lets every stage treat "output exists" as "output is complete" and resume. `durable`
+(default) also fsyncs before the rename, so the file survives a power loss too; the depth
+stage's many large maps skip that by default (config `depth.sync_maps`) and check on resume that
+each map file is complete instead.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success rename it onto `path`.
 
     `suffix` defaults to the target's suffix so libraries that pick a format from the file
@@ -29,8 +32,9 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        with open(tmp_path, "rb+") as f:
-            os.fsync(f.fileno())
+        if durable:
+            with open(tmp_path, "rb+") as f:
+                os.fsync(f.fileno())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

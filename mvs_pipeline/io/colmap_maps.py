@@ -23,24 +23,31 @@ import cv2
 import numpy as np
 
 from ..errors import MVSError
-from .atomic import atomic_path, atomic_write_bytes
+from .atomic import atomic_path
 
 
-def encode_colmap_array(array: np.ndarray) -> bytes:
-    """Bytes of a [H, W] or [H, W, C] array in COLMAP's planar .bin layout."""
+def write_colmap_array(path: str | os.PathLike, array: np.ndarray, durable: bool = True) -> None:
+    """Write a [H, W] or [H, W, C] array (depth, normal, cost, ...) atomically; `durable`: fsync
+    before the rename (see io/atomic.py)."""
     a = np.asarray(array)
     if a.ndim == 2:
-        a = a[..., None]
-    if a.ndim != 3 or a.shape[0] < 1 or a.shape[1] < 1 or a.shape[2] < 1:
-        raise MVSError(f"COLMAP array must be [H, W] or [H, W, C] and non-empty, got shape {np.shape(array)}")
-    h, w, c = a.shape
-    planes = np.ascontiguousarray(np.moveaxis(a, 2, 0), dtype="<f4")        # [C, H, W]
-    return f"{w}&{h}&{c}&".encode("ascii") + planes.tobytes()
+        a = a[None]
+    elif a.ndim == 3:
+        a = np.moveaxis(a, 2, 0)
+    write_colmap_planes(path, a, durable)
 
 
-def write_colmap_array(path: str | os.PathLike, array: np.ndarray) -> None:
-    """Write a [H, W] or [H, W, C] array (depth, normal, cost, ...) atomically."""
-    atomic_write_bytes(path, encode_colmap_array(array))
+def write_colmap_planes(path: str | os.PathLike, planes: np.ndarray, durable: bool = True) -> None:
+    """Write a [C, H, W] array (already planar, e.g. laid out so on the GPU) atomically, without
+    copying it when it is C-contiguous little-endian float32."""
+    a = np.asarray(planes)
+    if a.ndim != 3 or 0 in a.shape:
+        raise MVSError(f"{path}: COLMAP array planes must be a non-empty [C, H, W], got shape {a.shape}")
+    c, h, w = a.shape
+    a = np.ascontiguousarray(a, dtype="<f4")
+    with atomic_path(path, durable=durable) as tmp, open(tmp, "wb") as f:
+        f.write(f"{w}&{h}&{c}&".encode("ascii"))
+        f.write(memoryview(a.reshape(-1)).cast("B"))
 
 
 # "width&height&channels&" in ASCII: 64 bytes hold it for any array that fits in memory.
@@ -85,20 +92,33 @@ def read_colmap_array(path: str | os.PathLike, channels: int | None = None) -> n
     return planes[0] if c == 1 else np.ascontiguousarray(np.moveaxis(planes, 0, 2))
 
 
-def write_depth_map(path: str | os.PathLike, depth: np.ndarray) -> None:
+def colmap_array_complete(path: str | os.PathLike, channels: int) -> bool:
+    """True when `path` holds a whole `channels`-channel COLMAP array: a parsable header and exactly
+    the data it announces (a map cut short by a power loss before it reached the disk is not)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_BYTES)
+            size = os.fstat(f.fileno()).st_size
+        w, h, c, offset = _parse_header(head, str(path))
+    except (OSError, MVSError):
+        return False
+    return c == channels and size - offset == 4 * w * h * c
+
+
+def write_depth_map(path: str | os.PathLike, depth: np.ndarray, durable: bool = True) -> None:
     """Write a [H, W] z-depth map (metres, 0 = none) atomically."""
     d = np.asarray(depth)
     if d.ndim != 2:
         raise MVSError(f"{path}: depth map must be [H, W], got shape {d.shape}")
-    write_colmap_array(path, d)
+    write_colmap_array(path, d, durable)
 
 
-def write_normal_map(path: str | os.PathLike, normal: np.ndarray) -> None:
+def write_normal_map(path: str | os.PathLike, normal: np.ndarray, durable: bool = True) -> None:
     """Write a [H, W, 3] camera-frame normal map atomically (planar, as COLMAP does)."""
     n = np.asarray(normal)
     if n.ndim != 3 or n.shape[2] != 3:
         raise MVSError(f"{path}: normal map must be [H, W, 3], got shape {n.shape}")
-    write_colmap_array(path, n)
+    write_colmap_array(path, n, durable)
 
 
 def read_depth_map(path: str | os.PathLike) -> np.ndarray:

@@ -57,11 +57,16 @@ def _texture(data: np.ndarray, bits: int, filter_mode):
     h, w = data.shape
     desc = tex.ChannelFormatDescriptor(bits, 0, 0, 0, rt.cudaChannelFormatKindFloat)
     arr = tex.CUDAarray(desc, w, h)
-    arr.copy_from(np.ascontiguousarray(data))
+    # a CuPy array (a depth map the previous pass left on the GPU) is copied device to device
+    arr.copy_from(cp.ascontiguousarray(data) if _on_gpu(data) else np.ascontiguousarray(data))
     res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
     tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
                                   filterMode=filter_mode, readMode=rt.cudaReadModeElementType, normalizedCoords=0)
     return arr, tex.TextureObject(res, tdesc)
+
+
+def _on_gpu(a) -> bool:
+    return hasattr(a, "__cuda_array_interface__")
 
 
 def image_texture(img: np.ndarray, what: str):
@@ -73,8 +78,8 @@ def image_texture(img: np.ndarray, what: str):
 
 
 def depth_texture(depth: np.ndarray, what: str):
-    """Source depth-map texture: float32, point filtering (the nearest texel, as the CPU twin's
-    geom_cost reads it)."""
+    """Source depth-map texture (NumPy or CuPy [H, W] float32): float32, point filtering (the
+    nearest texel, as the CPU twin's geom_cost reads it)."""
     if depth.dtype != np.float32 or depth.ndim != 2:
         raise TypeError(f"{what}: expected [H, W] float32, got {depth.dtype} {depth.shape}")
     return _texture(depth, 32, import_cupy().cuda.runtime.cudaFilterModePoint)
@@ -110,6 +115,16 @@ class TextureCache:
             old = next(iter(self._entries))
             self.bytes -= self._entries.pop(old)[2]
         return obj
+
+    def array(self, key, host: np.ndarray):
+        """A device float32 copy of `host` kept under `key` (the reference image of a view and
+        scale, which every pass at that scale and the upsampling need)."""
+        def make():
+            cp = import_cupy()
+            a = cp.asarray(host, dtype=cp.float32)
+            return a, a, a.nbytes
+
+        return self.get(key, make)
 
     def release(self) -> None:
         self._entries.clear()
@@ -154,7 +169,9 @@ class DeviceProblem:
         S = problem.num_sources
         self.height, self.width = problem.shape
         self.num_sources = S
-        self.ref = cp.asarray(problem.ref_image, dtype=cp.float32)                          # [H, W]
+        self.ref = (cache.array(("ref", problem.ref_key), problem.ref_image)
+                    if cache is not None and problem.ref_key is not None
+                    else cp.asarray(problem.ref_image, dtype=cp.float32))                   # [H, W]
         self.textures = _Textures(problem.src_images, problem.src_keys, cache, image_texture, "src_images", 16)
         self.sizes = cp.asarray(np.array([(img.shape[1], img.shape[0]) for img in problem.src_images],
                                          dtype=np.int32))                                    # [S, 2] (w, h)

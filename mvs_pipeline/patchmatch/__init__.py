@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
                    backend: str = "auto", seed: int = 0, restore_margin: float | None = None,
-                   timings: dict | None = None, memory: dict | None = None, texture_cache=None) -> PatchMatchResult:
+                   timings: dict | None = None, memory: dict | None = None, texture_cache=None,
+                   keep_on_device: bool = False) -> PatchMatchResult:
     """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
@@ -29,7 +30,8 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
     `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
     `texture_cache` (GPU only, kernels.patchmatch.TextureCache) keeps source textures across calls
-    for problems that carry src_keys / src_depth_keys.
+    for problems that carry src_keys / src_depth_keys / ref_key; `keep_on_device` (GPU only)
+    returns CuPy arrays. The CPU backend accepts CuPy priors and source depth maps (downloaded).
     """
     from ..backend import resolve_backend  # noqa: PLC0415 (keeps config loading light)
 
@@ -41,11 +43,13 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
         from .cuda_solver import solve_cuda  # noqa: PLC0415
 
         return solve_cuda(clean, params, seed, restore_margin=restore_margin, timings=timings, memory=memory,
-                          texture_cache=texture_cache)
+                          texture_cache=texture_cache, keep_on_device=keep_on_device)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
     if hasattr(clean.init_depth, "__cuda_array_interface__"):   # a GPU prior on the CPU backend
         clean.init_depth, clean.init_normal = clean.init_depth.get(), clean.init_normal.get()
+    if clean.src_depths is not None:
+        clean.src_depths = [d.get() if hasattr(d, "__cuda_array_interface__") else d for d in clean.src_depths]
 
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)
 

@@ -29,8 +29,12 @@ def _is_oom(cp, exc: BaseException) -> bool:
 
 def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
                block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None,
-               restore_margin: float | None = None, texture_cache=None) -> PatchMatchResult:
+               restore_margin: float | None = None, texture_cache=None, keep_on_device: bool = False
+               ) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
+
+    `keep_on_device`: the result's arrays are CuPy arrays (no download, no synchronisation: the
+    depth stage feeds them to the next pass and downloads them in the background for writing).
 
     `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>',
     'restore') and wall times in ms of the host<->device copies ('upload', 'download');
@@ -93,9 +97,11 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
             events[-1][1].synchronize()
             t0 = time.perf_counter()
         # split on the GPU: three plain copies instead of one interleaved download + host copies
-        result = PatchMatchResult(depth=cp.asnumpy(cp.ascontiguousarray(plane[..., 3])),
-                                  normal=cp.asnumpy(cp.ascontiguousarray(plane[..., :3])),
-                                  cost=cp.asnumpy(cost), selected_views=cp.asnumpy(selected))
+        result = PatchMatchResult(depth=cp.ascontiguousarray(plane[..., 3]),
+                                  normal=cp.ascontiguousarray(plane[..., :3]), cost=cost, selected_views=selected)
+        if not keep_on_device:
+            result = PatchMatchResult(*(cp.asnumpy(a) for a in (result.depth, result.normal, result.cost,
+                                                                 result.selected_views)))
         if timings is not None:
             timings["download"] = (time.perf_counter() - t0) * 1e3
             for (_, a), (name, b) in zip(events[:-1], events[1:]):

@@ -38,6 +38,7 @@ class PatchMatchProblem:
     # with a GPU texture cache, equal keys mean equal contents, so textures are uploaded once.
     src_keys: list | None = None
     src_depth_keys: list | None = None
+    ref_key: object = None          # same for the reference image (kept on the GPU across passes)
     # Optional camera sizes (width, height) as the sparse model states them; when given, the
     # images must have exactly these sizes.
     ref_camera_size: tuple[int, int] | None = None
@@ -137,20 +138,25 @@ def _on_gpu(a) -> bool:
     return hasattr(a, "__cuda_array_interface__")
 
 
+def _contiguous_float32(a):
+    if _on_gpu(a):
+        import cupy as cp  # noqa: PLC0415
+
+        return cp.ascontiguousarray(a, dtype=cp.float32)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
 def _check_prior(depth, normal, H: int, W: int, name: str):
     """Shapes and finiteness of the prior maps; CuPy arrays (a prior computed on the GPU, for the
     CUDA backend) stay on the device and are checked there."""
     if _on_gpu(depth) != _on_gpu(normal):
         raise MVSError(f"{name}: init_depth and init_normal must both be NumPy or both CuPy arrays")
+    depth, normal = _contiguous_float32(depth), _contiguous_float32(normal)
     if _on_gpu(depth):
         import cupy as cp  # noqa: PLC0415
 
-        depth = cp.ascontiguousarray(depth, dtype=cp.float32)
-        normal = cp.ascontiguousarray(normal, dtype=cp.float32)
         finite = bool(cp.isfinite(depth).all()) and bool(cp.isfinite(normal).all())
     else:
-        depth = np.ascontiguousarray(depth, dtype=np.float32)
-        normal = np.ascontiguousarray(normal, dtype=np.float32)
         finite = all_finite(depth) and all_finite(normal)
     if depth.shape != (H, W):
         raise MVSError(f"{name}: init_depth has shape {depth.shape}, expected {(H, W)}")
@@ -247,7 +253,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
             raise MVSError(f"{name}: {len(problem.src_depths)} source depth maps for {S} sources")
         src_depths = []
         for i, (d, img) in enumerate(zip(problem.src_depths, srcs)):
-            d = np.ascontiguousarray(d, dtype=np.float32)
+            d = _contiguous_float32(d)   # CuPy stays CuPy (a map the previous pass left on the GPU)
             if d.shape != img.shape:
                 raise MVSError(f"{name}: src_depths[{i}] has shape {d.shape} but src_images[{i}] has {img.shape}: "
                                f"depth maps from another pass or scale")
@@ -257,7 +263,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
         ref_image=ref, src_images=srcs, K_ref=K_ref, K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
         src_keys=_check_keys(problem.src_keys, S, "src_keys", name),
-        src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name),
+        src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name), ref_key=problem.ref_key,
         ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
 
 
