@@ -71,7 +71,49 @@ def kernel_report(cp, radius, step, num_sources, block_y):
     return out
 
 
-def bench_gpu(width, height, sources, iterations, seed, block_y):
+def kernel_split(problem, params, seed, block_y, iterations: int) -> dict:
+    """GPU ms of the propagate and the refine launches (both colours) per iteration, averaged over
+    iterations 2..n, with their fetch rates: the same launch sequence as solve_cuda, timed
+    launch by launch."""
+    import cupy as cp  # noqa: PLC0415
+
+    from mvs_pipeline.cpu import patchmatch as cpu  # noqa: PLC0415
+    from mvs_pipeline.kernels import patchmatch as kpm  # noqa: PLC0415
+    from mvs_pipeline.patchmatch.packing import pack_params  # noqa: PLC0415
+    from mvs_pipeline.patchmatch.problem import source_matrices  # noqa: PLC0415
+
+    H, W = problem.shape
+    S = problem.num_sources
+    opts = kpm.compile_options(params.window_radius, params.window_step, S, block_y)
+    dev = kpm.DeviceProblem(problem, *source_matrices(problem))
+    plane = cp.empty((H, W, 4), cp.float32)
+    cost = cp.empty((H, W), cp.float32)
+    selected = cp.zeros((H, W), cp.uint32)
+    weights = cp.zeros((S, H, W), cp.uint8)
+    f, i = kpm.device_params(*pack_params(params, problem, 0, seed))
+    kpm.launch_init(dev, opts, f, i, None, None, plane, cost, selected)
+    ms = {"propagate": 0.0, "refine": 0.0}
+    for it in range(iterations):
+        f, i = kpm.device_params(*pack_params(params, problem, it, seed))
+        for color in (0, 1):
+            for name in ("propagate", "refine"):
+                a, b = cp.cuda.Event(), cp.cuda.Event()
+                a.record()
+                if name == "propagate":
+                    kpm.launch_propagate(dev, opts, block_y, f, i, color, cpu.propagate_pass(it, color),
+                                         plane, cost, selected, weights)
+                else:
+                    kpm.launch_refine(dev, opts, block_y, f, i, color, cpu.refine_pass(it, color), plane, cost,
+                                      weights)
+                b.record()
+                b.synchronize()
+                if it > 0:
+                    ms[name] += cp.cuda.get_elapsed_time(a, b) / (iterations - 1)
+    dev.release()
+    return ms
+
+
+def bench_gpu(width, height, sources, iterations, seed, block_y, num_refine=None):
     import cupy as cp  # noqa: PLC0415
 
     from mvs_pipeline.patchmatch.cuda_solver import solve_cuda  # noqa: PLC0415
@@ -80,6 +122,8 @@ def bench_gpu(width, height, sources, iterations, seed, block_y):
     scene = make_toy_scene(width, height, num_sources=sources, seed=seed)
     render_s = time.perf_counter() - t0
     params = PatchMatchParams(iterations=iterations)
+    if num_refine is not None:
+        params = dataclasses.replace(params, num_refine=num_refine)
     problem = validate_problem(scene.problem)
     solve_cuda(problem, dataclasses.replace(params, iterations=1), seed, block_y)   # compile + warm-up
     timings: dict = {}
@@ -88,6 +132,10 @@ def bench_gpu(width, height, sources, iterations, seed, block_y):
     ns = samples_per_row(params.window_radius, params.window_step) ** 2
     sel = _popcount(res.selected_views).astype(np.float64)
     fetches_per_iter = float((8 * sources + (1 + params.num_refine) * sel).sum() * ns)
+    split = kernel_split(problem, params, seed, block_y, iterations) if iterations > 1 else {}
+    if split:   # propagate: 8 candidates x all sources + the current hypothesis x selected ones
+        split["propagate_fetches_per_s"] = float((8 * sources + sel).sum() * ns) / (split["propagate"] * 1e-3)
+        split["refine_fetches_per_s"] = float((params.num_refine * sel).sum() * ns) / (split["refine"] * 1e-3)
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     clock_hz = props["clockRate"] * 1e3
     peak = props["multiProcessorCount"] * TEX_UNITS_PER_SM * clock_hz
@@ -101,6 +149,7 @@ def bench_gpu(width, height, sources, iterations, seed, block_y):
         "fetches_per_iteration": fetches_per_iter, "fetches_per_s": fetches_per_iter / (mean_ms * 1e-3),
         "peak_fetches_per_s": peak, "fraction_of_peak": fetches_per_iter / (mean_ms * 1e-3) / peak,
         "mean_selected_views": float(sel.mean()), "within_1pct_after": within, "render_s": render_s,
+        "num_refine": params.num_refine, "kernel_split_ms": split,
         "kernels": kernel_report(cp, params.window_radius, params.window_step, sources, block_y),
     }
 
@@ -163,6 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--height", type=int, default=1066)
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--block-y", type=int, default=8)
+    ap.add_argument("--num-refine", type=int, help="refinement hypotheses (default: the config default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-gpu", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
@@ -176,13 +226,18 @@ def main(argv=None) -> int:
         print(f"{'case':28s} {'init ms':>8s} {'iter ms (each)':>22s} {'mean':>7s} {'Gfetch/s':>9s} "
               f"{'% peak':>7s} {'views':>6s} {'regs p/r':>9s} {'local p/r':>10s} {'occ p/r':>10s}")
         for s in args.sources:
-            r = bench_gpu(args.width, args.height, s, args.iterations, args.seed, args.block_y)
+            r = bench_gpu(args.width, args.height, s, args.iterations, args.seed, args.block_y, args.num_refine)
             report["gpu"].append(r)
             kp, kr = r["kernels"]["pm_propagate"], r["kernels"]["pm_refine"]
             print(f"{r['case']:28s} {r['init_ms']:8.2f} {' '.join(f'{t:6.2f}' for t in r['iteration_ms']):>22s} "
                   f"{r['mean_iteration_ms']:7.2f} {r['fetches_per_s'] / 1e9:9.1f} {100 * r['fraction_of_peak']:6.1f}% "
                   f"{r['mean_selected_views']:6.2f} {kp['registers']:4d}/{kr['registers']:<4d} "
                   f"{kp['local_bytes']:5d}/{kr['local_bytes']:<4d} {kp['occupancy']:.2f}/{kr['occupancy']:.2f}")
+            sp = r["kernel_split_ms"]
+            if sp:
+                print(f"   per iteration: propagate {sp['propagate']:.2f} ms "
+                      f"({sp['propagate_fetches_per_s'] / 1e9:.0f} Gfetch/s), refine {sp['refine']:.2f} ms "
+                      f"({sp['refine_fetches_per_s'] / 1e9:.0f} Gfetch/s), num_refine {r['num_refine']}")
         if report["gpu"]:
             print(f"device: {report['gpu'][0]['device']}; peak = SMs x {TEX_UNITS_PER_SM} texture units x clock = "
                   f"{report['gpu'][0]['peak_fetches_per_s'] / 1e9:.0f} Gfetch/s (nominal)")
