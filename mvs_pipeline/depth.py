@@ -151,7 +151,7 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     on_gpu = backend == "cuda"
     images = GreyImageCache(scene, threads=min(8, os.cpu_count() or 1))
-    writer = MapWriter(threads=4, durable=cfg.depth.sync_maps)
+    writer = MapWriter(durable=cfg.depth.sync_maps)
     textures = None
     if on_gpu:   # sources and reference images stay on the GPU across references and passes
         from .kernels.loader import import_cupy  # noqa: PLC0415

@@ -70,13 +70,13 @@ class MapWriter:
     """Background writer of view maps; `submit` blocks only while more than `max_pending_bytes`
     of maps are queued (bounded host memory when the disk is slower than the GPU)."""
 
-    def __init__(self, threads: int = 4, durable: bool = False, max_pending_bytes: int = 4 << 30):
+    def __init__(self, threads: int = 8, durable: bool = False, max_pending_bytes: int = 4 << 30):
         self._pool = ThreadPoolExecutor(max_workers=threads)
         self._pending: deque = deque()
         self._pending_bytes = 0
         self.durable = durable
         self.max_pending_bytes = max_pending_bytes
-        self.seconds = 0.0        # summed over the writer threads (overlaps with compute)
+        self.seconds = 0.0        # writing, summed over the writer threads (overlaps with compute)
         self.valid_pixels = 0     # positive depths in the final maps written
 
     def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None
@@ -86,9 +86,9 @@ class MapWriter:
         maps, event = start_download(depth, normal, cost)
 
         def job():
-            t0 = time.perf_counter()
             if event is not None:
-                event.synchronize()
+                event.synchronize()   # the copy follows the view's kernels on the GPU's queue
+            t0 = time.perf_counter()
             write_view_maps(pss, name, maps, self.durable)
             valid = 0
             if preview is not None:
