@@ -249,3 +249,48 @@ def test_launchers_check_arguments(cupy, toy):
     with pytest.raises(TypeError, match="pixels: expected a cupy array"):
         kpm.debug_view_costs(dev, opts, fd, id_, np.zeros((3, 2), np.int32), cupy.zeros((3, 4), cupy.float32))
     dev.release()
+
+
+def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, toy):
+    """pm_refine scores each pixel's hypotheses against its own selected sources only: on random
+    per-pixel source subsets it keeps the same hypotheses as the CPU twin's refine and leaves the
+    other colour untouched."""
+    kpm = _kpm()
+    params = PatchMatchParams()
+    p, dev, opts = _device(toy.problem, params)
+    H, W = p.shape
+    S = p.num_sources
+    rng = np.random.default_rng(11)
+    rays = np.stack(np.meshgrid(np.arange(W) + 0.5, np.arange(H) + 0.5), -1)
+    rays = np.concatenate([rays, np.ones((H, W, 1))], -1) @ np.linalg.inv(p.K_ref).T
+    normal = toy.gt_normal + rng.normal(0, 0.2, (H, W, 3))
+    normal /= np.linalg.norm(normal, axis=-1, keepdims=True)
+    normal *= -np.sign((normal * rays).sum(-1))[..., None]
+    depth = toy.gt_depth * rng.uniform(0.97, 1.03, (H, W))
+    plane = np.concatenate([normal, depth[..., None]], -1).astype(np.float32)
+    cost = np.full((H, W), 0.8, np.float32)
+    weights = (rng.integers(1, 4, (H, W, S)) * (rng.uniform(size=(H, W, S)) < 0.5)).astype(np.uint8)
+    f, i = pack_params(params, p, 1, 3)
+    srcs, sizes = padded_sources(p)
+    K_inv, M, e = source_matrices(p)
+    geo = geometry_arrays(p, M, e)
+    fd, id_ = kpm.device_params(f, i)
+    for color in (0, 1):
+        pass_id = cpu.refine_pass(1, color)
+        plane_gpu = cupy.asarray(plane)
+        cost_gpu = cupy.asarray(cost)
+        kpm.launch_refine(dev, opts, kpm.BLOCK_Y, fd, id_, color, pass_id, plane_gpu, cost_gpu,
+                          cupy.asarray(np.ascontiguousarray(weights.transpose(2, 0, 1))))
+        plane_cpu, cost_cpu = plane.copy(), cost.copy()
+        cpu.refine_color(p.ref_image, srcs, sizes, K_inv, M, e, geo, f, i, color, pass_id, plane_cpu, cost_cpu,
+                         weights)
+        plane_gpu, cost_gpu = cupy.asnumpy(plane_gpu), cupy.asnumpy(cost_gpu)
+        mine = ((np.arange(W)[None, :] + np.arange(H)[:, None]) & 1) == color
+        np.testing.assert_array_equal(plane_gpu[~mine], plane[~mine])
+        changed = (plane_cpu != plane).any(-1) & mine
+        assert changed.mean() > 0.1                       # refinement did replace hypotheses
+        # the same hypothesis kept (drawn in float32 on the GPU, float64 on the CPU)
+        same = np.isclose(plane_gpu, plane_cpu, rtol=1e-4, atol=1e-5).all(-1)[mine]
+        assert same.mean() > 0.95, same.mean()            # near-ties may flip (texture weights)
+        np.testing.assert_allclose(cost_gpu[mine][same], cost_cpu[mine][same], atol=2e-3)
+    dev.release()
