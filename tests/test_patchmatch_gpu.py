@@ -294,3 +294,16 @@ def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, toy):
         assert same.mean() > 0.95, same.mean()            # near-ties may flip (texture weights)
         np.testing.assert_allclose(cost_gpu[mine][same], cost_cpu[mine][same], atol=2e-3)
     dev.release()
+
+
+def test_device_float16_rounding_matches_stored_source(cupy):
+    """Source textures are rounded to float16 on the GPU; the CPU twin samples stored_source's
+    NumPy rounding: the same bits, halfway cases included."""
+    from mvs_pipeline.patchmatch.packing import stored_source  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    grid = np.arange(0, 256, 0.125, dtype=np.float32)              # float16 steps are 1/8 .. 1/4 here
+    halfway = (grid[:-1] + np.float32(2.0 ** -5)).astype(np.float32)   # some exactly between two
+    img = np.concatenate([rng.uniform(0, 255, 5000).astype(np.float32), grid, halfway]).reshape(1, -1)
+    got = cupy.asnumpy(cupy.asarray(img).astype(cupy.float16))
+    np.testing.assert_array_equal(got.view(np.uint16), stored_source(img).view(np.uint16))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu.patchmatch import NUM_FPARAMS, NUM_IPARAMS
-from ..patchmatch.packing import stored_source
 from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.problem import back_projection
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
@@ -74,7 +73,10 @@ def image_texture(img: np.ndarray, what: str):
     bilinear filtering."""
     if img.dtype != np.float32 or img.ndim != 2:
         raise TypeError(f"{what}: expected [H, W] float32, got {img.dtype} {img.shape}")
-    return _texture(stored_source(img), 16, import_cupy().cuda.runtime.cudaFilterModeLinear)
+    cp = import_cupy()
+    # rounded to float16 on the device (CuPy rounds to nearest even, as stored_source's NumPy
+    # does: the same texels; test_patchmatch_gpu compares them), off the host's critical path
+    return _texture(cp.asarray(img).astype(cp.float16), 16, cp.cuda.runtime.cudaFilterModeLinear)
 
 
 def depth_texture(depth: np.ndarray, what: str):
