@@ -110,6 +110,7 @@ class Profile:
         self.solver_ms: dict[str, float] = {}
         self.gpu_used_peak_bytes = 0
         self._start = 0.0
+        self._pending: list[tuple[str, dict]] = []
 
     def start(self):
         self._start = time.perf_counter()
@@ -120,10 +121,28 @@ class Profile:
         self._start = now
 
     def add_solver(self, pass_kind: str, timings: dict, memory: dict):
+        """Add one solver call's split; GPU phases still running (keep_on_device) are added by
+        finish(), so that profiling does not make the host wait for the GPU."""
+        if "pending_events" in timings:
+            self._pending.append((pass_kind, timings))
+        else:
+            self._add(pass_kind, timings)
+        self.gpu_used_peak_bytes = max(self.gpu_used_peak_bytes, int(memory.get("used_bytes", 0)))
+
+    def _add(self, pass_kind: str, timings: dict):
         for k, v in timings.items():
             key = f"{pass_kind}:{'iterations' if k.startswith('iteration_') else k}"
             self.solver_ms[key] = self.solver_ms.get(key, 0.0) + v
-        self.gpu_used_peak_bytes = max(self.gpu_used_peak_bytes, int(memory.get("used_bytes", 0)))
+
+    def finish(self):
+        if not self._pending:
+            return
+        from .patchmatch.cuda_solver import resolve_timings  # noqa: PLC0415 (GPU runs only)
+
+        for pass_kind, timings in self._pending:
+            resolve_timings(timings)
+            self._add(pass_kind, timings)
+        self._pending = []
 
 
 def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str,
@@ -192,7 +211,7 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
                                              backend=backend, keep_on_device=on_gpu)
                     prof.stop("postfilter")
                 preview = (out_dir / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
-                writer.submit(pss, name, depth, result.normal, result.cost, preview)
+                writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
                 maps.put(pss.map_path("depth", name), depth)
                 maps.put(pss.map_path("normal", name), result.normal)
                 prof.stop("queue_writes")
@@ -210,6 +229,7 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
         if textures is not None:
             textures.release()
     writer.close()
+    prof.finish()
     prof.seconds["write_maps_in_background"] = writer.seconds
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": writer.valid_pixels,

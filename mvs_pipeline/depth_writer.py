@@ -79,15 +79,18 @@ class MapWriter:
         self.seconds = 0.0        # writing, summed over the writer threads (overlaps with compute)
         self.valid_pixels = 0     # positive depths in the final maps written
 
-    def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None
-               ) -> None:
+    def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None,
+               checks=()) -> None:
         """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
-        the final pass's PNG previews."""
+        the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
+        which must pass before the maps are written."""
         maps, event = start_download(depth, normal, cost)
 
         def job():
             if event is not None:
                 event.synchronize()   # the copy follows the view's kernels on the GPU's queue
+            for check in checks:
+                check.raise_if_failed()
             t0 = time.perf_counter()
             write_view_maps(pss, name, maps, self.durable)
             valid = 0

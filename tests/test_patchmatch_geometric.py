@@ -175,5 +175,14 @@ def test_gpu_prior_on_device_gives_the_same_result(toy, cupy):
         np.testing.assert_array_equal(a.normal, b.normal)
     bad = cupy.asarray(toy.gt_depth).copy()
     bad[3, 3] = cupy.nan
+    for backend in ("cuda", "cpu"):
+        with pytest.raises(MVSError, match="NaN or infinite"):
+            run_patchmatch(dataclasses.replace(dev, init_depth=bad), params, backend=backend)
+    # keep_on_device does not wait for the check: it comes back with the result
+    res = run_patchmatch(dataclasses.replace(dev, init_depth=bad), params, backend="cuda", keep_on_device=True)
+    assert len(res.deferred_checks) == 1
     with pytest.raises(MVSError, match="NaN or infinite"):
-        run_patchmatch(dataclasses.replace(dev, init_depth=bad), params, backend="cuda")
+        res.deferred_checks[0].raise_if_failed()
+    ok = run_patchmatch(dev, params, backend="cuda", keep_on_device=True)
+    for check in ok.deferred_checks:
+        check.raise_if_failed()

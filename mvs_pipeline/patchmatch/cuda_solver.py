@@ -16,7 +16,7 @@ from ..kernels.loader import import_cupy
 from .cpu_solver import restore_details
 from .packing import pack_params
 from .params import PatchMatchParams
-from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
+from .problem import PRIOR_NOT_FINITE, DeferredCheck, PatchMatchProblem, PatchMatchResult, source_matrices
 
 
 def _is_oom(cp, exc: BaseException) -> bool:
@@ -27,14 +27,29 @@ def _is_oom(cp, exc: BaseException) -> bool:
     return False
 
 
+def resolve_timings(timings: dict) -> None:
+    """Turn timings['pending_events'] (solve_cuda with keep_on_device) into GPU ms per phase;
+    waits for the last event."""
+    cp = import_cupy()
+    events = timings.pop("pending_events", None)
+    if not events:
+        return
+    events[-1][1].synchronize()
+    for (_, a), (name, b) in zip(events[:-1], events[1:]):
+        timings[name] = cp.cuda.get_elapsed_time(a, b)
+
+
 def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
                block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None,
                restore_margin: float | None = None, texture_cache=None, keep_on_device: bool = False
                ) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
 
-    `keep_on_device`: the result's arrays are CuPy arrays (no download, no synchronisation: the
-    depth stage feeds them to the next pass and downloads them in the background for writing).
+    `keep_on_device`: the result's arrays are CuPy arrays and nothing waits for the GPU (the depth
+    stage feeds them to the next pass and downloads them in the background for writing, while
+    it prepares the next view); input checks that run on the GPU come back as
+    result.deferred_checks, and `timings` keeps the GPU events under 'pending_events' until
+    resolve_timings().
 
     `timings`, when given, receives per-pass GPU times in ms (keys 'init', 'iteration_<k>',
     'restore') and wall times in ms of the host<->device copies ('upload', 'download');
@@ -68,16 +83,21 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 ev.record()
                 events.append((name, ev))
 
+        checks = []
+        if problem.prior_finite is not None:
+            checks.append(DeferredCheck(problem.prior_finite, PRIOR_NOT_FINITE.format(name=problem.name)))
+            if not keep_on_device:
+                checks.pop().raise_if_failed()
         if timings is not None:
-            cp.cuda.Device().synchronize()
+            if not keep_on_device:
+                cp.cuda.Device().synchronize()
             timings["upload"] = (time.perf_counter() - t0) * 1e3
         mark("start")
         f, i = kpm.device_params(*pack_params(params, problem, 0, seed))
         kpm.launch_init(dev, options, f, i, init_depth, init_normal, plane, cost, selected)
         prior_plane = plane.copy() if init_depth is not None else None
         mark("init")
-        if memory is not None:
-            cp.cuda.Device().synchronize()
+        if memory is not None:   # allocations are made by now; no need to wait for the kernels
             free, total = cp.cuda.runtime.memGetInfo()
             memory["used_bytes"] = total - free
         for it in range(params.iterations):
@@ -93,19 +113,21 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
             kpm.launch_score(dev, options, f, i, prior_plane, weights, prior_cost)
             restore_details(plane, cost, prior_plane, prior_cost, init_depth > 0, restore_margin)
             mark("restore")
-        if timings is not None:
+        if timings is not None and not keep_on_device:
             events[-1][1].synchronize()
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
         # split on the GPU: three plain copies instead of one interleaved download + host copies
         result = PatchMatchResult(depth=cp.ascontiguousarray(plane[..., 3]),
-                                  normal=cp.ascontiguousarray(plane[..., :3]), cost=cost, selected_views=selected)
+                                  normal=cp.ascontiguousarray(plane[..., :3]), cost=cost, selected_views=selected,
+                                  deferred_checks=checks)
         if not keep_on_device:
             result = PatchMatchResult(*(cp.asnumpy(a) for a in (result.depth, result.normal, result.cost,
                                                                  result.selected_views)))
         if timings is not None:
             timings["download"] = (time.perf_counter() - t0) * 1e3
-            for (_, a), (name, b) in zip(events[:-1], events[1:]):
-                timings[name] = cp.cuda.get_elapsed_time(a, b)
+            timings["pending_events"] = events
+            if not keep_on_device:
+                resolve_timings(timings)
         return result
     except Exception as exc:
         if _is_oom(cp, exc):

@@ -7,7 +7,7 @@ source, its index, so the caller can map it back to an image name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import weakref
 
@@ -39,6 +39,9 @@ class PatchMatchProblem:
     src_keys: list | None = None
     src_depth_keys: list | None = None
     ref_key: object = None          # same for the reference image (kept on the GPU across passes)
+    # Set by validate_problem for a CuPy prior: a 0-d device bool "every prior value is finite",
+    # computed without waiting for the GPU; the CUDA solver checks it (see DeferredCheck).
+    prior_finite: object = None
     # Optional camera sizes (width, height) as the sparse model states them; when given, the
     # images must have exactly these sizes.
     ref_camera_size: tuple[int, int] | None = None
@@ -60,7 +63,20 @@ class PatchMatchResult:
     normal: np.ndarray           # [H, W, 3] float32 unit, camera frame, facing the camera
     cost: np.ndarray             # [H, W] float32 aggregated 1-NCC, 0..2
     selected_views: np.ndarray   # [H, W] uint32, bit s = source s was used for the pixel
+    # keep_on_device results: input checks still running on the GPU; call .raise_if_failed()
+    # before using the maps (the depth stage's writer does, before writing them)
+    deferred_checks: list = field(default_factory=list)
 
+
+@dataclass
+class DeferredCheck:
+    """An input check computed on the GPU without a synchronisation: `ok` is a 0-d device bool."""
+    ok: object
+    message: str
+
+    def raise_if_failed(self) -> None:
+        if not bool(self.ok):
+            raise MVSError(self.message)
 
 def _check_image(img, what: str) -> np.ndarray:
     img = np.asarray(img)
@@ -147,15 +163,19 @@ def _contiguous_float32(a):
 
 
 def _check_prior(depth, normal, H: int, W: int, name: str):
-    """Shapes and finiteness of the prior maps; CuPy arrays (a prior computed on the GPU, for the
-    CUDA backend) stay on the device and are checked there."""
+    """(depth, normal, device flag or None): shapes and finiteness of the prior maps. CuPy arrays
+    (a prior computed on the GPU, for the CUDA backend) stay on the device and are checked there;
+    that check's 0-d device bool comes back unevaluated (the solver decides when to wait for it)."""
     if _on_gpu(depth) != _on_gpu(normal):
         raise MVSError(f"{name}: init_depth and init_normal must both be NumPy or both CuPy arrays")
     depth, normal = _contiguous_float32(depth), _contiguous_float32(normal)
+    finite_on_device = None
     if _on_gpu(depth):
         import cupy as cp  # noqa: PLC0415
 
-        finite = bool(cp.isfinite(depth).all()) and bool(cp.isfinite(normal).all())
+        # no bool() here: that would wait for the GPU to finish the previous view's work
+        finite_on_device = cp.isfinite(depth).all() & cp.isfinite(normal).all()
+        finite = True
     else:
         finite = all_finite(depth) and all_finite(normal)
     if depth.shape != (H, W):
@@ -163,8 +183,11 @@ def _check_prior(depth, normal, H: int, W: int, name: str):
     if normal.shape != (H, W, 3):
         raise MVSError(f"{name}: init_normal has shape {normal.shape}, expected {(H, W, 3)}")
     if not finite:
-        raise MVSError(f"{name}: init_depth / init_normal contain NaN or infinite values")
-    return depth, normal
+        raise MVSError(PRIOR_NOT_FINITE.format(name=name))
+    return depth, normal, finite_on_device
+
+
+PRIOR_NOT_FINITE = "{name}: init_depth / init_normal contain NaN or infinite values"
 
 
 def _check_keys(keys, S: int, what: str, name: str):
@@ -241,11 +264,11 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
             raise MVSError(f"{name}: source {i} does not overlap the reference view anywhere in the depth "
                            f"range [{dmin:g}, {dmax:g}]")
 
-    init_depth = init_normal = None
+    init_depth = init_normal = prior_finite = None
     if (problem.init_depth is None) != (problem.init_normal is None):
         raise MVSError(f"{name}: init_depth and init_normal must be given together")
     if problem.init_depth is not None:
-        init_depth, init_normal = _check_prior(problem.init_depth, problem.init_normal, H, W, name)
+        init_depth, init_normal, prior_finite = _check_prior(problem.init_depth, problem.init_normal, H, W, name)
 
     src_depths = None
     if problem.src_depths is not None:
@@ -264,6 +287,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
         depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
         src_keys=_check_keys(problem.src_keys, S, "src_keys", name),
         src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name), ref_key=problem.ref_key,
+        prior_finite=prior_finite,
         ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
 
 
