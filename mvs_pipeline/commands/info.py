@@ -38,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
     sel = select_views(scene, cfg.views)
     models = Counter(f"{v.camera_model} {v.width}x{v.height}" for v in scene.views)
     print(f"layout:   {layout.kind}\nimages:   {layout.images_dir}\nmodel:    {layout.sparse_dir}")
-    print(f"cameras:  " + "; ".join(f"{n} x {m}" for m, n in models.items()))
+    print("cameras:  " + "; ".join(f"{n} x {m}" for m, n in models.items()))
     print(f"views:    {scene.num_views}\npoints:   {len(scene.points_in_world)} "
           f"(mean track length {scene.track_lengths.mean():.2f})\n")
     counts = Counter(scene.track_view_idx.tolist())
