@@ -113,6 +113,9 @@ class TextureCache:
         arr, obj, nbytes = make()
         self._entries[key] = (arr, obj, nbytes)
         self.bytes += nbytes
+        if self.bytes > self.max_bytes and len(self._entries) > 1:
+            # queued kernels (the solver does not wait for them) may still read an old texture
+            import_cupy().cuda.Device().synchronize()
         while self.bytes > self.max_bytes and len(self._entries) > 1:
             old = next(iter(self._entries))
             self.bytes -= self._entries.pop(old)[2]
@@ -157,6 +160,8 @@ class _Textures:
         self.handles = cp.asarray(np.array([o.ptr for o in objects], dtype=np.uint64))   # [S]
 
     def release(self) -> None:
+        if self._owned:   # kernels still queued (keep_on_device) may read them: wait first
+            import_cupy().cuda.Device().synchronize()
         self._owned.clear()
         self._objects = []
 
