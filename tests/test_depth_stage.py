@@ -126,3 +126,21 @@ def test_previous_pass_map_of_wrong_size_is_named(synth_scene_factory, tmp_path,
     assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *FAST]) != 0
     err = capsys.readouterr().err
     assert str(bad) in err and "12x10" in err and "--overwrite" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_gpu_texture_cache_churn_gives_the_same_maps(synth_scene_factory, tmp_path, monkeypatch):
+    """With a texture cache that holds almost nothing, textures are freed and remade while the
+    host runs ahead of the GPU: the maps must not change."""
+    from mvs_pipeline.kernels import patchmatch as kpm  # noqa: PLC0415
+
+    scene = synth_scene_factory("object", views=5, width=200, height=150)
+    roomy, tight = tmp_path / "roomy", tmp_path / "tight"
+    assert main(["-q", "run", str(scene), "-o", str(roomy), "--stages", "load,views,depth", *_fast("cuda")]) == 0
+    original = kpm.TextureCache
+    monkeypatch.setattr(kpm, "TextureCache", lambda: original(max_bytes=1))
+    assert main(["-q", "run", str(scene), "-o", str(tight), "--stages", "load,views,depth", *_fast("cuda")]) == 0
+    a, b = _map_files(roomy), _map_files(tight)
+    assert a.keys() == b.keys() and len(a) == 60
+    assert not [k for k in a if a[k] != b[k]]
