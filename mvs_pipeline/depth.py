@@ -152,7 +152,9 @@ def run(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, out_dir: Path, ba
     `profile` (optional) collects the time per category: read_images, read_maps, upsample,
     patchmatch, postfilter, queue_writes / wait_for_writes (maps are written in background
     threads, write_maps_in_background sums their time); on the GPU also the solver's own split (uploads,
-    kernels per pass kind, restore, downloads) and the device memory peak.
+    kernels per pass kind, restore, downloads) and the device memory peak. On the GPU the host
+    does not wait for each view's kernels, so host categories and the per-pass seconds count host
+    time, which includes waiting where a check or copy needs the GPU to catch up.
     """
     out_dir = Path(out_dir)
     prof = profile or Profile()
