@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from .params import PatchMatchParams
-from .problem import PRIOR_NOT_FINITE, DeferredCheck, PatchMatchProblem, PatchMatchResult, validate_problem
+from .problem import PatchMatchProblem, PatchMatchResult, validate_problem
 from .window import MAX_SOURCE_VIEWS, SUPPORTED_WINDOW_RADII, check_window
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
     if hasattr(clean.init_depth, "__cuda_array_interface__"):   # a GPU prior on the CPU backend
-        DeferredCheck(clean.prior_finite, PRIOR_NOT_FINITE.format(name=clean.name)).raise_if_failed()
+        clean.prior_check.raise_if_failed()
         clean.init_depth, clean.init_normal = clean.init_depth.get(), clean.init_normal.get()
     if clean.src_depths is not None:
         clean.src_depths = [d.get() if hasattr(d, "__cuda_array_interface__") else d for d in clean.src_depths]

@@ -16,7 +16,7 @@ from ..kernels.loader import import_cupy
 from .cpu_solver import restore_details
 from .packing import pack_params
 from .params import PatchMatchParams
-from .problem import PRIOR_NOT_FINITE, DeferredCheck, PatchMatchProblem, PatchMatchResult, source_matrices
+from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
 
 
 def _is_oom(cp, exc: BaseException) -> bool:
@@ -83,11 +83,8 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 ev.record()
                 events.append((name, ev))
 
-        checks = []
-        if problem.prior_finite is not None:
-            checks.append(DeferredCheck(problem.prior_finite, PRIOR_NOT_FINITE.format(name=problem.name)))
-            if not keep_on_device:
-                checks.pop().raise_if_failed()
+        if problem.prior_check is not None and not keep_on_device:
+            problem.prior_check.raise_if_failed()
         if timings is not None:
             if not keep_on_device:
                 cp.cuda.Device().synchronize()
@@ -119,7 +116,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
         # split on the GPU: three plain copies instead of one interleaved download + host copies
         result = PatchMatchResult(depth=cp.ascontiguousarray(plane[..., 3]),
                                   normal=cp.ascontiguousarray(plane[..., :3]), cost=cost, selected_views=selected,
-                                  deferred_checks=checks)
+                                  deferred_checks=[problem.prior_check] if problem.prior_check is not None else [])
         if not keep_on_device:
             result = PatchMatchResult(*(cp.asnumpy(a) for a in (result.depth, result.normal, result.cost,
                                                                  result.selected_views)))

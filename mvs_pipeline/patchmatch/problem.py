@@ -39,9 +39,9 @@ class PatchMatchProblem:
     src_keys: list | None = None
     src_depth_keys: list | None = None
     ref_key: object = None          # same for the reference image (kept on the GPU across passes)
-    # Set by validate_problem for a CuPy prior: a 0-d device bool "every prior value is finite",
-    # computed without waiting for the GPU; the CUDA solver checks it (see DeferredCheck).
-    prior_finite: object = None
+    # Set by validate_problem for a CuPy prior: its finiteness check, computed on the GPU without
+    # waiting for it; the solver decides when to wait (see DeferredCheck).
+    prior_check: DeferredCheck | None = None
     # Optional camera sizes (width, height) as the sparse model states them; when given, the
     # images must have exactly these sizes.
     ref_camera_size: tuple[int, int] | None = None
@@ -77,6 +77,7 @@ class DeferredCheck:
     def raise_if_failed(self) -> None:
         if not bool(self.ok):
             raise MVSError(self.message)
+
 
 def _check_image(img, what: str) -> np.ndarray:
     img = np.asarray(img)
@@ -163,18 +164,19 @@ def _contiguous_float32(a):
 
 
 def _check_prior(depth, normal, H: int, W: int, name: str):
-    """(depth, normal, device flag or None): shapes and finiteness of the prior maps. CuPy arrays
+    """(depth, normal, DeferredCheck or None): shapes and finiteness of the prior maps. CuPy arrays
     (a prior computed on the GPU, for the CUDA backend) stay on the device and are checked there;
-    that check's 0-d device bool comes back unevaluated (the solver decides when to wait for it)."""
+    that check comes back unevaluated (the solver decides when to wait for it)."""
     if _on_gpu(depth) != _on_gpu(normal):
         raise MVSError(f"{name}: init_depth and init_normal must both be NumPy or both CuPy arrays")
     depth, normal = _contiguous_float32(depth), _contiguous_float32(normal)
-    finite_on_device = None
+    message = f"{name}: init_depth / init_normal contain NaN or infinite values"
+    check = None
     if _on_gpu(depth):
         import cupy as cp  # noqa: PLC0415
 
         # no bool() here: that would wait for the GPU to finish the previous view's work
-        finite_on_device = cp.isfinite(depth).all() & cp.isfinite(normal).all()
+        check = DeferredCheck(cp.isfinite(depth).all() & cp.isfinite(normal).all(), message)
         finite = True
     else:
         finite = all_finite(depth) and all_finite(normal)
@@ -183,11 +185,8 @@ def _check_prior(depth, normal, H: int, W: int, name: str):
     if normal.shape != (H, W, 3):
         raise MVSError(f"{name}: init_normal has shape {normal.shape}, expected {(H, W, 3)}")
     if not finite:
-        raise MVSError(PRIOR_NOT_FINITE.format(name=name))
-    return depth, normal, finite_on_device
-
-
-PRIOR_NOT_FINITE = "{name}: init_depth / init_normal contain NaN or infinite values"
+        raise MVSError(message)
+    return depth, normal, check
 
 
 def _check_keys(keys, S: int, what: str, name: str):
@@ -264,11 +263,11 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
             raise MVSError(f"{name}: source {i} does not overlap the reference view anywhere in the depth "
                            f"range [{dmin:g}, {dmax:g}]")
 
-    init_depth = init_normal = prior_finite = None
+    init_depth = init_normal = prior_check = None
     if (problem.init_depth is None) != (problem.init_normal is None):
         raise MVSError(f"{name}: init_depth and init_normal must be given together")
     if problem.init_depth is not None:
-        init_depth, init_normal, prior_finite = _check_prior(problem.init_depth, problem.init_normal, H, W, name)
+        init_depth, init_normal, prior_check = _check_prior(problem.init_depth, problem.init_normal, H, W, name)
 
     src_depths = None
     if problem.src_depths is not None:
@@ -287,7 +286,7 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
         depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
         src_keys=_check_keys(problem.src_keys, S, "src_keys", name),
         src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name), ref_key=problem.ref_key,
-        prior_finite=prior_finite,
+        prior_check=prior_check,
         ref_camera_size=problem.ref_camera_size, src_camera_sizes=problem.src_camera_sizes, name=name)
 
 
