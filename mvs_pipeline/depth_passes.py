@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from .config_schema import DepthConfig
-
 from .io.colmap_maps import colmap_array_complete
 
 MAP_KINDS = ("depth", "normal", "cost")

@@ -20,6 +20,7 @@ import numpy as np
 
 from .depth_passes import DepthPass
 from .io.colmap_maps import write_colmap_planes, write_previews
+from .kernels.loader import on_gpu
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +37,11 @@ class ViewMaps:
         return self.depth.nbytes + self.normal_planes.nbytes + self.cost.nbytes
 
 
-def _on_gpu(a) -> bool:
-    return hasattr(a, "__cuda_array_interface__")
-
-
 def start_download(depth, normal, cost):
     """(ViewMaps, event or None): host copies of the maps. CuPy inputs are copied asynchronously
     into page-locked buffers on the current stream (wait for the event before reading them);
     NumPy inputs are used as they are."""
-    if not _on_gpu(depth):
+    if not on_gpu(depth):
         return ViewMaps(depth, np.moveaxis(normal, 2, 0), cost), None
     import cupy as cp  # noqa: PLC0415
     import cupyx  # noqa: PLC0415

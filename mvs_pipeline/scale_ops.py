@@ -43,6 +43,7 @@ import numpy as np
 from .backend import resolve_backend
 from .cpu import scale_ops as cpu_ops
 from .errors import MVSError
+from .kernels.loader import on_gpu
 
 # Largest |log-weight| allowed, with a margin below float32's 3.4e38: keeps every log-weight
 # finite, so the largest one is a finite reference and every weight relative to it is defined.
@@ -52,8 +53,8 @@ _MAX_LOG_WEIGHT = 1e37
 def _float_map(name: str, a, ndim: int, xp, allow_int: bool = False):
     """`a` as a C-contiguous float32 array of `ndim` dimensions with no empty axis, in module `xp`
     (NumPy, or CuPy on the CUDA backend: a CuPy input stays on the device, a NumPy one is uploaded)."""
-    on_gpu = hasattr(a, "__cuda_array_interface__")
-    if not (isinstance(a, np.ndarray) or on_gpu):
+    device = on_gpu(a)
+    if not (isinstance(a, np.ndarray) or device):
         raise MVSError(f"{name}: expected a NumPy array, got {type(a).__name__}")
     kinds = "fiu" if allow_int else "f"
     if a.dtype.kind not in kinds:
@@ -62,7 +63,7 @@ def _float_map(name: str, a, ndim: int, xp, allow_int: bool = False):
     if a.ndim != ndim or 0 in a.shape:
         want = "[H, W]" if ndim == 2 else "[H, W, 3]"
         raise MVSError(f"{name}: shape {a.shape}, expected a non-empty {want}")
-    if on_gpu and xp is np:
+    if device and xp is np:
         a = a.get()
     return xp.ascontiguousarray(xp.asarray(a), dtype=xp.float32)
 

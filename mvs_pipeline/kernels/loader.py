@@ -13,6 +13,11 @@ from ..errors import BackendUnavailable
 from ..paths import CUDA_DIR
 
 
+def on_gpu(a) -> bool:
+    """True for a CuPy (or any CUDA array interface) array: data already on the device."""
+    return hasattr(a, "__cuda_array_interface__")
+
+
 def import_cupy():
     """Return the cupy module, or raise BackendUnavailable with the reason."""
     try:

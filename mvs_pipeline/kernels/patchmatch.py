@@ -19,7 +19,7 @@ from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.problem import back_projection
 from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
 from .checks import check_array
-from .loader import get_kernel, import_cupy
+from .loader import get_kernel, import_cupy, on_gpu
 
 CU = "patchmatch.cu"
 BLOCK_X = 16          # threads per block in x (covering 2 * BLOCK_X pixels of one colour)
@@ -57,15 +57,11 @@ def _texture(data: np.ndarray, bits: int, filter_mode):
     desc = tex.ChannelFormatDescriptor(bits, 0, 0, 0, rt.cudaChannelFormatKindFloat)
     arr = tex.CUDAarray(desc, w, h)
     # a CuPy array (a depth map the previous pass left on the GPU) is copied device to device
-    arr.copy_from(cp.ascontiguousarray(data) if _on_gpu(data) else np.ascontiguousarray(data))
+    arr.copy_from(cp.ascontiguousarray(data) if on_gpu(data) else np.ascontiguousarray(data))
     res = tex.ResourceDescriptor(rt.cudaResourceTypeArray, cuArr=arr)
     tdesc = tex.TextureDescriptor(addressModes=(rt.cudaAddressModeClamp, rt.cudaAddressModeClamp),
                                   filterMode=filter_mode, readMode=rt.cudaReadModeElementType, normalizedCoords=0)
     return arr, tex.TextureObject(res, tdesc)
-
-
-def _on_gpu(a) -> bool:
-    return hasattr(a, "__cuda_array_interface__")
 
 
 def image_texture(img: np.ndarray, what: str):

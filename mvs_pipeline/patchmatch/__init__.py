@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from ..kernels.loader import on_gpu
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, PatchMatchResult, validate_problem
 from .window import MAX_SOURCE_VIEWS, SUPPORTED_WINDOW_RADII, check_window
@@ -46,11 +47,11 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
                           texture_cache=texture_cache, keep_on_device=keep_on_device)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
-    if hasattr(clean.init_depth, "__cuda_array_interface__"):   # a GPU prior on the CPU backend
+    if on_gpu(clean.init_depth):   # a GPU prior on the CPU backend
         clean.prior_check.raise_if_failed()
         clean.init_depth, clean.init_normal = clean.init_depth.get(), clean.init_normal.get()
     if clean.src_depths is not None:
-        clean.src_depths = [d.get() if hasattr(d, "__cuda_array_interface__") else d for d in clean.src_depths]
+        clean.src_depths = [d.get() if on_gpu(d) else d for d in clean.src_depths]
 
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cpu import patchmatch as cpu
-from ..kernels.loader import import_cupy
+from ..kernels.loader import import_cupy, on_gpu
 from .packing import geometry_arrays, pack_params, padded_sources
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
@@ -16,7 +16,7 @@ def restore_details(plane, cost, prior_plane, prior_cost, has_prior, margin: flo
     """ACMM's detail restorer, in place: where a prior (upsampled) hypothesis exists, the refined
     one is kept only if its cost beats the prior's by more than `margin` under the same view
     weights; otherwise the prior comes back. Shared by both backends (NumPy or CuPy arrays)."""
-    xp = np if isinstance(plane, np.ndarray) else import_cupy()
+    xp = import_cupy() if on_gpu(plane) else np
     revert = has_prior & ~(cost < prior_cost - margin)
     # copyto, not mask indexing: on the GPU that would wait for the kernels to count the mask
     xp.copyto(plane, prior_plane, where=revert[..., None])

@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from ..errors import MVSError
+from ..kernels.loader import on_gpu
 from .window import MAX_SOURCE_VIEWS
 
 
@@ -151,12 +152,8 @@ def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_ma
     return float(inside.mean())
 
 
-def _on_gpu(a) -> bool:
-    return hasattr(a, "__cuda_array_interface__")
-
-
 def _contiguous_float32(a):
-    if _on_gpu(a):
+    if on_gpu(a):
         import cupy as cp  # noqa: PLC0415
 
         return cp.ascontiguousarray(a, dtype=cp.float32)
@@ -167,12 +164,12 @@ def _check_prior(depth, normal, H: int, W: int, name: str):
     """(depth, normal, DeferredCheck or None): shapes and finiteness of the prior maps. CuPy arrays
     (a prior computed on the GPU, for the CUDA backend) stay on the device and are checked there;
     that check comes back unevaluated (the solver decides when to wait for it)."""
-    if _on_gpu(depth) != _on_gpu(normal):
+    if on_gpu(depth) != on_gpu(normal):
         raise MVSError(f"{name}: init_depth and init_normal must both be NumPy or both CuPy arrays")
     depth, normal = _contiguous_float32(depth), _contiguous_float32(normal)
     message = f"{name}: init_depth / init_normal contain NaN or infinite values"
     check = None
-    if _on_gpu(depth):
+    if on_gpu(depth):
         import cupy as cp  # noqa: PLC0415
 
         # no bool() here: that would wait for the GPU to finish the previous view's work
