@@ -31,6 +31,12 @@
 #define PM_THREADS_PER_SM 768
 #endif
 #define PM_MIN_BLOCKS (PM_THREADS_PER_SM / PM_BLOCK_THREADS > 0 ? PM_THREADS_PER_SM / PM_BLOCK_THREADS : 1)
+// pm_refine's shared memory (window weights + the warp queue of patchmatch_warp.cuh, ~45 KB per
+// 128 threads at 8 hypotheses and the default window) allows 5 blocks per SM, so its registers
+// may go to 96.
+#ifndef PM_REFINE_MIN_BLOCKS
+#define PM_REFINE_MIN_BLOCKS (PM_MIN_BLOCKS > 5 ? 5 : PM_MIN_BLOCKS)
+#endif
 // Refinement hypotheses per pixel: capacity of the per-thread hypothesis arrays (the launcher
 // passes PatchMatchParams' MAX_NUM_REFINE and rejects larger num_refine).
 #ifndef PM_MAX_REFINE
@@ -42,6 +48,7 @@
 #define PM_RW_SHARED (PM_WINDOW_SAMPLES * PM_BLOCK_THREADS * 4 <= 32768)
 #define PM_TILE_W (2 * PM_BLOCK_X + 2 * PM_WINDOW_RADIUS)
 #define PM_TILE_H (PM_BLOCK_Y + 2 * PM_WINDOW_RADIUS)
+#include "patchmatch_warp.cuh"
 
 // Load the reference tile of this block (border-clamped) and return its accessor.
 __device__ __forceinline__ TileRef load_ref_tile(float* tile, const float* __restrict__ ref, int W, int H) {
@@ -207,92 +214,144 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
 // 4, 2, 1, 1/2, ... x perturbation), keep the best.
 // Draws: 0 random depth, 1-2 random normal, 3 perturbed depth, 4-6 perturbed normal angles,
 // then 3 angles per extra hypothesis.
-extern "C" __global__ void __launch_bounds__(PM_BLOCK_THREADS, PM_MIN_BLOCKS)
+//
+// Scoring is shared across the warp (patchmatch_warp.cuh): per source, the (pixel, hypothesis)
+// windows of the pixels that selected it are queued and every lane scores the next one, whoever
+// owns it. Each owner then adds weights[s] * cost in ascending s, exactly as weighted_cost does.
+// Dynamic shared memory (every lane reads its neighbours' windows and hypotheses), sized by the
+// launcher (kernels/patchmatch.py: refine_shared_bytes) for nh_cap = num_refine hypotheses:
+//   hyps   float4 [PM_BLOCK_THREADS * nh_cap]   (nx, ny, nz, depth) of thread t's hypothesis h
+//   rw     float [PM_WINDOW_SAMPLES * PM_BLOCK_THREADS]   bilateral weights (SharedRefWindow)
+//   stats  float [3 * PM_BLOCK_THREADS]   mean, var, centre of each thread's window
+//   slots  uint32/float [PM_BLOCK_THREADS * nh_cap]   per warp 32 * nh_cap: queued item, then its cost
+extern "C" __global__ void __launch_bounds__(PM_BLOCK_THREADS, PM_REFINE_MIN_BLOCKS)
 pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long* __restrict__ tex,
           const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
           const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
           const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
           const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane, float* __restrict__ cost,
-          const unsigned char* __restrict__ weights) {
+          const unsigned char* __restrict__ weights, int nh_cap) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
     const TileRef tref = load_ref_tile(tile, ref, W, H);
-    const int y = blockIdx.y * PM_BLOCK_Y + threadIdx.y;
-    const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
-    if (x >= W || y >= H) return;
+    const int t = threadIdx.y * PM_BLOCK_X + threadIdx.x;
+    const int lane = t & 31, warp0 = t & ~31;
+    if ((int)(blockIdx.y * PM_BLOCK_Y) + warp0 / PM_BLOCK_X >= H) return;   // the whole warp is below the image
+    const int2 px = block_pixel(t, color);
+    const int x = px.x, y = px.y;
+    const bool active = x < W && y < H;   // inactive lanes still score their neighbours' windows
     const PMParams p = load_params(fparams, iparams);
     const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);
+    const int nh = min(min(p.num_refine, PM_MAX_REFINE), nh_cap);
     const unsigned int pix = y * W + x;
     const int HW = W * H;
-    unsigned char wts[PM_MAX_VIEWS];
-    for (int s = 0; s < S; ++s) wts[s] = weights[s * HW + pix];
 
-    const float3 r = pixel_ray(K_inv, x, y);
-    const float4 cur = plane[pix];
-    const float3 n = make_float3(cur.x, cur.y, cur.z);
-    const float depth = cur.w;
-    const float pert = p.perturbation;
-    const float d_rand = random_depth(rng_uniform(p.seed, pix, pass, 0), p.depth_min, p.depth_max, p.inverse_depth);
-    const float3 n_rand = random_normal(rng_uniform(p.seed, pix, pass, 1), rng_uniform(p.seed, pix, pass, 2), r);
-    const float d_pert = depth * (1.0f + (2.0f * rng_uniform(p.seed, pix, pass, 3) - 1.0f) * pert);
-    const float3 n_pert = perturb_normal(n, rng_uniform(p.seed, pix, pass, 4), rng_uniform(p.seed, pix, pass, 5),
-                                         rng_uniform(p.seed, pix, pass, 6), pert, r);
-#if PM_RW_SHARED
-    __shared__ float rw_smem[PM_WINDOW_SAMPLES * PM_BLOCK_THREADS];
-    SharedRefWindow<PM_BLOCK_THREADS> win;
-    win.base = rw_smem + threadIdx.y * PM_BLOCK_X + threadIdx.x;
-#else
-    RefWindow win;
-#endif
-    ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
-    float best_cost = cost[pix];
-    float4 best = cur;
-    const int nh = min(p.num_refine, PM_MAX_REFINE);
-    float4 hyp[PM_MAX_REFINE];
-    float3 hv[PM_MAX_REFINE];
-    unsigned int in_range = 0u, valid = 0u;
-    for (int h = 0; h < nh; ++h) {
-        float3 hn;
-        float hd;
-        if (h == 0) { hn = n; hd = d_rand; }
-        else if (h == 1) { hn = n_rand; hd = depth; }
-        else if (h == 2) { hn = n_rand; hd = d_rand; }
-        else if (h == 3) { hn = n_pert; hd = depth; }
-        else if (h == 4) { hn = n; hd = d_pert; }
-        else {
-            // extra: the normal alone, turned at coarse-to-fine scales 4, 2, 1, 1/2, ... x pert
-            const float scale = pert * exp2f((float)(7 - h));
-            const unsigned int base = 7 + 3 * (h - 5);
-            hd = depth;
-            hn = perturb_normal(n, rng_uniform(p.seed, pix, pass, base), rng_uniform(p.seed, pix, pass, base + 1),
-                                rng_uniform(p.seed, pix, pass, base + 2), scale, r);
+    extern __shared__ float4 pm_dynamic_smem[];
+    float4* hyps = pm_dynamic_smem;
+    float* rw_smem = reinterpret_cast<float*>(hyps + PM_BLOCK_THREADS * nh_cap);
+    float* win_stats = rw_smem + PM_WINDOW_SAMPLES * PM_BLOCK_THREADS;
+    float* slots = win_stats + 3 * PM_BLOCK_THREADS + warp0 * nh_cap;
+
+    unsigned int in_range = 0u, todo = 0u;   // todo: hypotheses whose windows need scoring
+    float best_cost = 0.0f;
+    if (active) {
+        const float3 r = pixel_ray(K_inv, x, y);
+        const float4 cur = plane[pix];
+        const float3 n = make_float3(cur.x, cur.y, cur.z);
+        const float depth = cur.w;
+        const float pert = p.perturbation;
+        const float d_rand = random_depth(rng_uniform(p.seed, pix, pass, 0), p.depth_min, p.depth_max, p.inverse_depth);
+        const float3 n_rand = random_normal(rng_uniform(p.seed, pix, pass, 1), rng_uniform(p.seed, pix, pass, 2), r);
+        const float d_pert = depth * (1.0f + (2.0f * rng_uniform(p.seed, pix, pass, 3) - 1.0f) * pert);
+        const float3 n_pert = perturb_normal(n, rng_uniform(p.seed, pix, pass, 4), rng_uniform(p.seed, pix, pass, 5),
+                                             rng_uniform(p.seed, pix, pass, 6), pert, r);
+        SharedRefWindow<PM_BLOCK_THREADS> win;
+        win.base = rw_smem + t;
+        ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
+        win_stats[t] = win.mean;
+        win_stats[PM_BLOCK_THREADS + t] = win.var;
+        win_stats[2 * PM_BLOCK_THREADS + t] = win.centre;
+        // a window without variance costs PM_COST_MAX photometrically; a geometric pass still
+        // adds its reprojection term, so there it is scored like any other
+        const bool scorable = PM_GEOM || !(win.var < PM_MIN_VAR);
+        for (int h = 0; h < nh; ++h) {
+            float3 hn;
+            float hd;
+            if (h == 0) { hn = n; hd = d_rand; }
+            else if (h == 1) { hn = n_rand; hd = depth; }
+            else if (h == 2) { hn = n_rand; hd = d_rand; }
+            else if (h == 3) { hn = n_pert; hd = depth; }
+            else if (h == 4) { hn = n; hd = d_pert; }
+            else {
+                // extra: the normal alone, turned at coarse-to-fine scales 4, 2, 1, 1/2, ... x pert
+                const float scale = pert * exp2f((float)(7 - h));
+                const unsigned int base = 7 + 3 * (h - 5);
+                hd = depth;
+                hn = perturb_normal(n, rng_uniform(p.seed, pix, pass, base), rng_uniform(p.seed, pix, pass, base + 1),
+                                    rng_uniform(p.seed, pix, pass, base + 2), scale, r);
+            }
+            hyps[t * nh_cap + h] = make_float4(hn.x, hn.y, hn.z, hd);
+            float3 v;
+            if (hd >= p.depth_min && hd <= p.depth_max) in_range |= 1u << h;
+            if (scorable && plane_vector(K_inv, x, y, hn, hd, v)) todo |= 1u << h;
         }
-        hyp[h] = make_float4(hn.x, hn.y, hn.z, hd);
-        if (hd >= p.depth_min && hd <= p.depth_max) in_range |= 1u << h;
-        if (plane_vector(K_inv, x, y, hn, hd, hv[h])) valid |= 1u << h;
+        todo &= in_range;
+        best_cost = cost[pix];
     }
-    // Source-major, like propagation: every hypothesis against one selected source, then the
-    // next. num[h] accumulates weights[s] * cost in ascending s exactly as weighted_cost does.
-    // (Each thread walking only its own selected sources is ~8x slower: a texture fetch whose
-    // handle differs across the warp is serialised.)
+    __syncwarp();
+
     float num[PM_MAX_REFINE];
-    for (int h = 0; h < nh; ++h) num[h] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < PM_MAX_REFINE; ++h) num[h] = 0.0f;
     float den = 0.0f;
     for (int s = 0; s < S; ++s) {
-        if (wts[s] == 0) continue;
-        const float w = (float)wts[s];
-        den += w;
-        for (int h = 0; h < nh; ++h) {
-            if (!((in_range >> h) & 1u)) continue;
-            const float c = ((valid >> h) & 1u) ? full_cost(win, tref, src, s, hv[h], hyp[h].w, x, y) : PM_COST_MAX;
-            num[h] += w * c;
+        const unsigned int ws = active ? weights[s * HW + pix] : 0u;
+        if (__ballot_sync(0xFFFFFFFFu, ws != 0u) == 0u) continue;   // no pixel of the warp selected s
+        const unsigned int mine = ws ? todo : 0u;
+        int total;
+        int k = warp_exclusive_offset<4>(__popc(mine), lane, &total);
+        for (unsigned int m = mine; m; m &= m - 1u)
+            reinterpret_cast<unsigned int*>(slots)[k++] = (unsigned int)(lane << 4) | (unsigned int)(__ffs(m) - 1);
+        __syncwarp();
+        for (int base = 0; base < total; base += 32) {
+            const int j = base + lane;
+            if (j < total) {
+                const unsigned int item = reinterpret_cast<const unsigned int*>(slots)[j];
+                const int owner = warp0 + (int)(item >> 4), h = (int)(item & 15u);
+                const int2 po = block_pixel(owner, color);
+                SharedRefWindow<PM_BLOCK_THREADS> wo;
+                wo.base = rw_smem + owner;
+                wo.mean = win_stats[owner];
+                wo.var = win_stats[PM_BLOCK_THREADS + owner];
+                wo.centre = win_stats[2 * PM_BLOCK_THREADS + owner];
+                const float4 hq = hyps[owner * nh_cap + h];
+                float3 v;
+                plane_vector(K_inv, po.x, po.y, make_float3(hq.x, hq.y, hq.z), hq.w, v);
+                slots[j] = full_cost(wo, tref, src, s, v, hq.w, po.x, po.y);   // the item slot becomes its cost
+            }
         }
+        __syncwarp();
+        if (ws) {
+            const float w = (float)ws;
+            den += w;
+            int j = k - __popc(mine);   // this lane's first slot
+#pragma unroll
+            for (int h = 0; h < PM_MAX_REFINE; ++h) {
+                if (h >= nh || !((in_range >> h) & 1u)) continue;
+                const float c = ((todo >> h) & 1u) ? slots[j++] : PM_COST_MAX;
+                num[h] += w * c;
+            }
+        }
+        __syncwarp();   // the slots are reused for the next source
     }
-    for (int h = 0; h < nh; ++h) {
-        if (!((in_range >> h) & 1u)) continue;
+    if (!active) return;
+    int best = -1;
+#pragma unroll
+    for (int h = 0; h < PM_MAX_REFINE; ++h) {
+        if (h >= nh || !((in_range >> h) & 1u)) continue;
         const float c = den > 0.0f ? num[h] / den : PM_COST_MAX;
-        if (c < best_cost) { best_cost = c; best = hyp[h]; }
+        if (c < best_cost) { best_cost = c; best = h; }
     }
-    plane[pix] = best;
+    if (best >= 0) plane[pix] = hyps[t * nh_cap + best];
     cost[pix] = best_cost;
 }
 

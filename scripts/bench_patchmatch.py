@@ -46,8 +46,9 @@ def _upsample(problem, factor: int):
                                K_ref=S @ problem.K_ref, K_src=np.einsum("ij,sjk->sik", S, problem.K_src))
 
 
-def kernel_report(cp, radius, step, num_sources, block_y):
-    """num_regs / local bytes / static smem and the resulting occupancy of the solver kernels."""
+def kernel_report(cp, radius, step, num_sources, block_y, num_refine):
+    """num_regs / local bytes / shared memory (pm_refine: static + dynamic for num_refine) and
+    the resulting occupancy of the solver kernels."""
     from mvs_pipeline.kernels import patchmatch as kpm  # noqa: PLC0415
 
     dev = cp.cuda.Device()
@@ -62,7 +63,8 @@ def kernel_report(cp, radius, step, num_sources, block_y):
         warps = -(-threads // 32)
         by_regs = props["regsPerMultiprocessor"] // (regs_per_warp * warps)
         by_threads = props["maxThreadsPerMultiProcessor"] // threads
-        smem = a["shared_size_bytes"]
+        smem = a["shared_size_bytes"] + (kpm.refine_shared_bytes(opts, num_refine, block_y) if name == "pm_refine" else 0)
+        smem += props.get("reservedSharedMemPerBlock", 0)   # the runtime's own 1 KB per block
         by_smem = props["sharedMemPerMultiprocessor"] // smem if smem else 10**9
         blocks = min(by_regs, by_threads, by_smem, 32)
         occ = blocks * warps * 32 / props["maxThreadsPerMultiProcessor"]
@@ -104,7 +106,7 @@ def kernel_split(problem, params, seed, block_y, iterations: int) -> dict:
                                          plane, cost, selected, weights)
                 else:
                     kpm.launch_refine(dev, opts, block_y, f, i, color, cpu.refine_pass(it, color), plane, cost,
-                                      weights)
+                                      weights, params.num_refine)
                 b.record()
                 b.synchronize()
                 if it > 0:
@@ -150,7 +152,7 @@ def bench_gpu(width, height, sources, iterations, seed, block_y, num_refine=None
         "peak_fetches_per_s": peak, "fraction_of_peak": fetches_per_iter / (mean_ms * 1e-3) / peak,
         "mean_selected_views": float(sel.mean()), "within_1pct_after": within, "render_s": render_s,
         "num_refine": params.num_refine, "kernel_split_ms": split,
-        "kernels": kernel_report(cp, params.window_radius, params.window_step, sources, block_y),
+        "kernels": kernel_report(cp, params.window_radius, params.window_step, sources, block_y, params.num_refine),
     }
 
 

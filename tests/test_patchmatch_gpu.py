@@ -14,7 +14,7 @@ import pytest
 
 from mvs_pipeline.cpu import patchmatch as cpu
 from mvs_pipeline.errors import MVSError
-from mvs_pipeline.patchmatch import PatchMatchParams, PatchMatchProblem, run_patchmatch
+from mvs_pipeline.patchmatch import PatchMatchParams, run_patchmatch
 from mvs_pipeline.patchmatch.packing import geometry_arrays, pack_params, padded_sources
 from mvs_pipeline.patchmatch.problem import source_matrices, validate_problem
 from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
@@ -245,18 +245,21 @@ def test_launchers_check_arguments(cupy, toy):
                         cupy.zeros((H, W), cupy.uint32))
     with pytest.raises(ValueError, match=r"weights: shape"):
         kpm.launch_refine(dev, opts, kpm.BLOCK_Y, fd, id_, 0, 2, cupy.zeros((H, W, 4), cupy.float32),
-                          cupy.zeros((H, W), cupy.float32), cupy.zeros((H, W, 5), cupy.uint8))
+                          cupy.zeros((H, W), cupy.float32), cupy.zeros((H, W, 5), cupy.uint8), params.num_refine)
     with pytest.raises(TypeError, match="pixels: expected a cupy array"):
         kpm.debug_view_costs(dev, opts, fd, id_, np.zeros((3, 2), np.int32), cupy.zeros((3, 4), cupy.float32))
     dev.release()
 
 
-def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, toy):
-    """pm_refine scores each pixel's hypotheses against its own selected sources only: on random
-    per-pixel source subsets it keeps the same hypotheses as the CPU twin's refine and leaves the
-    other colour untouched."""
+@pytest.mark.parametrize("size, num_refine", [((160, 120), 8), ((77, 53), 5), ((77, 53), 12)])
+def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, size, num_refine):
+    """pm_refine scores each pixel's hypotheses against its own selected sources only (the warp
+    shares the windows out, patchmatch_warp.cuh): on random per-pixel source subsets it keeps the
+    same hypotheses as the CPU twin's refine and leaves the other colour untouched. The odd size
+    leaves lanes without a pixel in the edge warps; 12 hypotheses need the shared-memory opt-in."""
     kpm = _kpm()
-    params = PatchMatchParams()
+    toy = make_toy_scene(*size, num_sources=7, seed=2)
+    params = PatchMatchParams(num_refine=num_refine)
     p, dev, opts = _device(toy.problem, params)
     H, W = p.shape
     S = p.num_sources
@@ -280,7 +283,7 @@ def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, toy):
         plane_gpu = cupy.asarray(plane)
         cost_gpu = cupy.asarray(cost)
         kpm.launch_refine(dev, opts, kpm.BLOCK_Y, fd, id_, color, pass_id, plane_gpu, cost_gpu,
-                          cupy.asarray(np.ascontiguousarray(weights.transpose(2, 0, 1))))
+                          cupy.asarray(np.ascontiguousarray(weights.transpose(2, 0, 1))), params.num_refine)
         plane_cpu, cost_cpu = plane.copy(), cost.copy()
         cpu.refine_color(p.ref_image, srcs, sizes, K_inv, M, e, geo, f, i, color, pass_id, plane_cpu, cost_cpu,
                          weights)

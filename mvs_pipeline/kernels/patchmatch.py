@@ -17,7 +17,7 @@ import numpy as np
 from ..cpu.patchmatch import NUM_FPARAMS, NUM_IPARAMS
 from ..patchmatch.params import MAX_NUM_REFINE
 from ..patchmatch.problem import back_projection
-from ..patchmatch.window import MAX_SOURCE_VIEWS, window_compile_options
+from ..patchmatch.window import MAX_SOURCE_VIEWS, samples_per_row, window_compile_options
 from .checks import check_array
 from .loader import get_kernel, import_cupy, on_gpu
 
@@ -255,9 +255,18 @@ def launch_propagate(dev: DeviceProblem, options, block_y, fparams, iparams, col
                                                   np.int32(pass_id), plane, cost, selected, weights))
 
 
+def refine_shared_bytes(options, num_refine: int, block_y: int) -> int:
+    """Dynamic shared memory of pm_refine (layout in the kernel's comment): per thread its window
+    weights and statistics, and per thread and hypothesis a float4 plane and one queue slot."""
+    flags = dict(o[2:].split("=", 1) for o in options if o.startswith("-D") and "=" in o)
+    samples = samples_per_row(int(flags["PM_WINDOW_RADIUS"]), int(flags["PM_WINDOW_STEP"])) ** 2
+    return BLOCK_X * int(block_y) * (4 * (samples + 3) + int(num_refine) * (16 + 4))
+
+
 def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color: int, pass_id: int,
-                  plane, cost, weights):
-    """pm_refine on one colour: random/perturbed hypotheses scored with the stored view weights."""
+                  plane, cost, weights, num_refine: int):
+    """pm_refine on one colour: random/perturbed hypotheses scored with the stored view weights.
+    num_refine must be the value packed in iparams (it sizes the kernel's shared memory)."""
     cp = import_cupy()
     H, W, S = dev.height, dev.width, dev.num_sources
     check_array(cp, "plane", plane, np.float32, (H, W, 4))
@@ -265,9 +274,15 @@ def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color:
     check_array(cp, "weights", weights, np.uint8, (S, H, W))
     if color not in (0, 1):
         raise ValueError(f"color: {color}, expected 0 or 1")
+    if not 1 <= int(num_refine) <= MAX_NUM_REFINE:
+        raise ValueError(f"num_refine: {num_refine}, expected 1..{MAX_NUM_REFINE}")
     grid, block = _solver_grid(W, H, block_y)
-    kernel("pm_refine", options)(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color),
-                                               np.int32(pass_id), plane, cost, weights))
+    fn = kernel("pm_refine", options)
+    dynamic = refine_shared_bytes(options, num_refine, block_y)
+    if dynamic + fn.attributes["shared_size_bytes"] > 48 * 1024:   # above the default needs an opt-in
+        fn.max_dynamic_shared_size_bytes = dynamic
+    fn(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color), np.int32(pass_id), plane, cost, weights,
+                     np.int32(num_refine)), shared_mem=dynamic)
 
 
 def launch_score(dev: DeviceProblem, options, fparams, iparams, planes, weights, out):

@@ -103,7 +103,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 kpm.launch_propagate(dev, options, block_y, f, i, color, cpu.propagate_pass(it, color),
                                      plane, cost, selected, weights)
                 kpm.launch_refine(dev, options, block_y, f, i, color, cpu.refine_pass(it, color),
-                                  plane, cost, weights)
+                                  plane, cost, weights, params.num_refine)
             mark(f"iteration_{it}")
         if restore_margin is not None and prior_plane is not None and params.iterations > 0:
             prior_cost = cp.empty((H, W), dtype=cp.float32)
