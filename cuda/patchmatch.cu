@@ -210,17 +210,38 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
     for (int s = 0; s < S; ++s) weights[s * HW + pix] = wts[s];
 }
 
-// Random refinement, one colour: ACMH's 5 hypotheses (+ extra normal-only ones at scales
-// 4, 2, 1, 1/2, ... x perturbation), keep the best.
+// Refinement hypothesis h (n, depth at the pixel) of pixel pix with current plane `cur`, ray r:
+// ACMH's 5, then the normal alone turned at coarse-to-fine scales 4, 2, 1, 1/2, ... x pert.
 // Draws: 0 random depth, 1-2 random normal, 3 perturbed depth, 4-6 perturbed normal angles,
-// then 3 angles per extra hypothesis.
+// then 3 angles per extra hypothesis. Not inlined: pm_refine regenerates the winner after
+// scoring, and one compiled body guarantees it is bit for bit the hypothesis that was scored.
+__device__ __noinline__ float4 refine_hypothesis(int h, float4 cur, float3 r, unsigned int seed, unsigned int pix,
+                                                 unsigned int pass, float pert, float dmin, float dmax, int inverse) {
+    const float3 n = make_float3(cur.x, cur.y, cur.z);
+    float3 hn = n;
+    float hd = cur.w;
+    if (h == 0 || h == 2) hd = random_depth(rng_uniform(seed, pix, pass, 0), dmin, dmax, inverse);
+    if (h == 1 || h == 2) hn = random_normal(rng_uniform(seed, pix, pass, 1), rng_uniform(seed, pix, pass, 2), r);
+    if (h == 3) hn = perturb_normal(n, rng_uniform(seed, pix, pass, 4), rng_uniform(seed, pix, pass, 5),
+                                    rng_uniform(seed, pix, pass, 6), pert, r);
+    if (h == 4) hd = cur.w * (1.0f + (2.0f * rng_uniform(seed, pix, pass, 3) - 1.0f) * pert);
+    if (h >= 5) {
+        const unsigned int base = 7 + 3 * (h - 5);
+        hn = perturb_normal(n, rng_uniform(seed, pix, pass, base), rng_uniform(seed, pix, pass, base + 1),
+                            rng_uniform(seed, pix, pass, base + 2), pert * exp2f((float)(7 - h)), r);
+    }
+    return make_float4(hn.x, hn.y, hn.z, hd);
+}
+
+// Random refinement, one colour: every refine_hypothesis, keep the best.
 //
 // Scoring is shared across the warp (patchmatch_warp.cuh): per source, the (pixel, hypothesis)
 // windows of the pixels that selected it are queued and every lane scores the next one, whoever
 // owns it. Each owner then adds weights[s] * cost in ascending s, exactly as weighted_cost does.
 // Dynamic shared memory (every lane reads its neighbours' windows and hypotheses), sized by the
 // launcher (kernels/patchmatch.py: refine_shared_bytes) for nh_cap = num_refine hypotheses:
-//   hyps   float4 [PM_BLOCK_THREADS * nh_cap]   (nx, ny, nz, depth) of thread t's hypothesis h
+//   hyps   float4 [PM_BLOCK_THREADS * nh_cap]   plane vector v (plane_vector) and depth of thread
+//                                               t's hypothesis h
 //   rw     float [PM_WINDOW_SAMPLES * PM_BLOCK_THREADS]   bilateral weights (SharedRefWindow)
 //   stats  float [3 * PM_BLOCK_THREADS]   mean, var, centre of each thread's window
 //   slots  uint32/float [PM_BLOCK_THREADS * nh_cap]   per warp 32 * nh_cap: queued item, then its cost
@@ -256,14 +277,6 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
     if (active) {
         const float3 r = pixel_ray(K_inv, x, y);
         const float4 cur = plane[pix];
-        const float3 n = make_float3(cur.x, cur.y, cur.z);
-        const float depth = cur.w;
-        const float pert = p.perturbation;
-        const float d_rand = random_depth(rng_uniform(p.seed, pix, pass, 0), p.depth_min, p.depth_max, p.inverse_depth);
-        const float3 n_rand = random_normal(rng_uniform(p.seed, pix, pass, 1), rng_uniform(p.seed, pix, pass, 2), r);
-        const float d_pert = depth * (1.0f + (2.0f * rng_uniform(p.seed, pix, pass, 3) - 1.0f) * pert);
-        const float3 n_pert = perturb_normal(n, rng_uniform(p.seed, pix, pass, 4), rng_uniform(p.seed, pix, pass, 5),
-                                             rng_uniform(p.seed, pix, pass, 6), pert, r);
         SharedRefWindow<PM_BLOCK_THREADS> win;
         win.base = rw_smem + t;
         ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
@@ -274,25 +287,12 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
         // adds its reprojection term, so there it is scored like any other
         const bool scorable = PM_GEOM || !(win.var < PM_MIN_VAR);
         for (int h = 0; h < nh; ++h) {
-            float3 hn;
-            float hd;
-            if (h == 0) { hn = n; hd = d_rand; }
-            else if (h == 1) { hn = n_rand; hd = depth; }
-            else if (h == 2) { hn = n_rand; hd = d_rand; }
-            else if (h == 3) { hn = n_pert; hd = depth; }
-            else if (h == 4) { hn = n; hd = d_pert; }
-            else {
-                // extra: the normal alone, turned at coarse-to-fine scales 4, 2, 1, 1/2, ... x pert
-                const float scale = pert * exp2f((float)(7 - h));
-                const unsigned int base = 7 + 3 * (h - 5);
-                hd = depth;
-                hn = perturb_normal(n, rng_uniform(p.seed, pix, pass, base), rng_uniform(p.seed, pix, pass, base + 1),
-                                    rng_uniform(p.seed, pix, pass, base + 2), scale, r);
-            }
-            hyps[t * nh_cap + h] = make_float4(hn.x, hn.y, hn.z, hd);
-            float3 v;
-            if (hd >= p.depth_min && hd <= p.depth_max) in_range |= 1u << h;
-            if (scorable && plane_vector(K_inv, x, y, hn, hd, v)) todo |= 1u << h;
+            const float4 hq = refine_hypothesis(h, cur, r, p.seed, pix, pass, p.perturbation, p.depth_min,
+                                                p.depth_max, p.inverse_depth);
+            float3 v = make_float3(0.0f, 0.0f, 0.0f);
+            if (hq.w >= p.depth_min && hq.w <= p.depth_max) in_range |= 1u << h;
+            if (scorable && plane_vector(K_inv, x, y, make_float3(hq.x, hq.y, hq.z), hq.w, v)) todo |= 1u << h;
+            hyps[t * nh_cap + h] = make_float4(v.x, v.y, v.z, hq.w);
         }
         todo &= in_range;
         best_cost = cost[pix];
@@ -323,10 +323,8 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
                 wo.mean = win_stats[owner];
                 wo.var = win_stats[PM_BLOCK_THREADS + owner];
                 wo.centre = win_stats[2 * PM_BLOCK_THREADS + owner];
-                const float4 hq = hyps[owner * nh_cap + h];
-                float3 v;
-                plane_vector(K_inv, po.x, po.y, make_float3(hq.x, hq.y, hq.z), hq.w, v);
-                slots[j] = full_cost(wo, tref, src, s, v, hq.w, po.x, po.y);   // the item slot becomes its cost
+                const float4 hv = hyps[owner * nh_cap + h];
+                slots[j] = full_cost(wo, tref, src, s, make_float3(hv.x, hv.y, hv.z), hv.w, po.x, po.y);   // slot := cost
             }
         }
         __syncwarp();
@@ -351,7 +349,9 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
         const float c = den > 0.0f ? num[h] / den : PM_COST_MAX;
         if (c < best_cost) { best_cost = c; best = h; }
     }
-    if (best >= 0) plane[pix] = hyps[t * nh_cap + best];
+    if (best >= 0)
+        plane[pix] = refine_hypothesis(best, plane[pix], pixel_ray(K_inv, x, y), p.seed, pix, pass, p.perturbation,
+                                       p.depth_min, p.depth_max, p.inverse_depth);
     cost[pix] = best_cost;
 }
 

@@ -247,9 +247,10 @@ __device__ __forceinline__ float window_cost(const Win& win, const Ref& ref, cud
         const float px = xc + ((k & 1) ? PM_WINDOW_RADIUS : -PM_WINDOW_RADIUS);
         const float py = y + 0.5f + ((k & 2) ? PM_WINDOW_RADIUS : -PM_WINDOW_RADIUS);
         const float wz = Hm[6] * px + Hm[7] * py + Hm[8];
-        const float u = (Hm[0] * px + Hm[1] * py + Hm[2]) / wz;
-        const float v = (Hm[3] * px + Hm[4] * py + Hm[5]) / wz;
-        inside = inside && (wz > 0.0f) && (u >= 0.0f) && (u <= sw) && (v >= 0.0f) && (v <= sh);
+        const float uw = Hm[0] * px + Hm[1] * py + Hm[2];
+        const float vw = Hm[3] * px + Hm[4] * py + Hm[5];
+        // 0 <= uw / wz <= sw with wz > 0, without the divisions (8 per window)
+        inside = inside && (wz > 0.0f) && (uw >= 0.0f) && (uw <= sw * wz) && (vw >= 0.0f) && (vw <= sh * wz);
     }
     if (!inside) return PM_COST_MAX;
     float s1 = 0.0f, s2 = 0.0f, s12 = 0.0f;
@@ -263,7 +264,7 @@ __device__ __forceinline__ float window_cost(const Win& win, const Ref& ref, cud
         const float u0 = Hm[0] * xc + Hm[1] * yr + Hm[2];
         const float v0 = Hm[3] * xc + Hm[4] * yr + Hm[5];
         const float w0 = Hm[6] * xc + Hm[7] * yr + Hm[8];
-        const float inv = 1.0f / w0;
+        const float inv = __fdividef(1.0f, w0);   // fast reciprocal (~2 ulp): 6 per window
         const float g = Hm[6] * inv;
         const float bx = u0 * inv, by = v0 * inv;
         const float ax = (Hm[0] - bx * Hm[6]) * inv;
@@ -297,7 +298,7 @@ __device__ __forceinline__ bool plane_vector(const float* __restrict__ Ki, int x
     const float3 r = pixel_ray(Ki, x, y);
     const float d = -(n.x * r.x + n.y * r.y + n.z * r.z) * depth;
     const bool valid = d > 0.0f && depth > 0.0f;
-    const float invd = valid ? 1.0f / d : 0.0f;
+    const float invd = valid ? __fdividef(1.0f, d) : 0.0f;
     v.x = (Ki[0] * n.x + Ki[3] * n.y + Ki[6] * n.z) * invd;
     v.y = (Ki[1] * n.x + Ki[4] * n.y + Ki[7] * n.z) * invd;
     v.z = (Ki[2] * n.x + Ki[5] * n.y + Ki[8] * n.z) * invd;
