@@ -42,6 +42,7 @@
 #ifndef PM_MAX_REFINE
 #define PM_MAX_REFINE 12
 #endif
+static_assert(PM_MAX_REFINE <= 15, "pm_refine packs a hypothesis index into 4 bits of a queue item");
 // The bilateral window weights live in shared memory (SharedRefWindow) when they fit in 32 KB
 // per block (the default 6x6 window: 18 KB), which frees ~36 registers per thread; larger
 // windows keep them per thread (RefWindow).
