@@ -325,7 +325,8 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
                 wo.var = win_stats[PM_BLOCK_THREADS + owner];
                 wo.centre = win_stats[2 * PM_BLOCK_THREADS + owner];
                 const float4 hv = hyps[owner * nh_cap + h];
-                slots[j] = full_cost(wo, tref, src, s, make_float3(hv.x, hv.y, hv.z), hv.w, po.x, po.y);   // slot := cost
+                // the item's slot becomes its cost
+                slots[j] = full_cost(wo, tref, src, s, make_float3(hv.x, hv.y, hv.z), hv.w, po.x, po.y);
             }
         }
         __syncwarp();

@@ -63,7 +63,9 @@ def kernel_report(cp, radius, step, num_sources, block_y, num_refine):
         warps = -(-threads // 32)
         by_regs = props["regsPerMultiprocessor"] // (regs_per_warp * warps)
         by_threads = props["maxThreadsPerMultiProcessor"] // threads
-        smem = a["shared_size_bytes"] + (kpm.refine_shared_bytes(opts, num_refine, block_y) if name == "pm_refine" else 0)
+        smem = a["shared_size_bytes"]
+        if name == "pm_refine":
+            smem += kpm.refine_shared_bytes(opts, num_refine, block_y)
         smem += props.get("reservedSharedMemPerBlock", 0)   # the runtime's own 1 KB per block
         by_smem = props["sharedMemPerMultiprocessor"] // smem if smem else 10**9
         blocks = min(by_regs, by_threads, by_smem, 32)
