@@ -71,6 +71,15 @@ __device__ __forceinline__ TileRef load_ref_tile(float* tile, const float* __res
     return t;
 }
 
+// Pixel of thread t (= threadIdx.y * PM_BLOCK_X + threadIdx.x) of this block in the solver
+// kernels: thread (tx, ty) covers column 2 tx + ((y + color) & 1) of the block's 2 * PM_BLOCK_X
+// columns, row ty of its PM_BLOCK_Y rows. pm_refine also maps a queued item's owner with it.
+__device__ __forceinline__ int2 block_pixel(int t, int color) {
+    const int ty = t / PM_BLOCK_X, tx = t - ty * PM_BLOCK_X;
+    const int y = blockIdx.y * PM_BLOCK_Y + ty;
+    return make_int2(blockIdx.x * (2 * PM_BLOCK_X) + 2 * tx + ((y + color) & 1), y);
+}
+
 __device__ __forceinline__ PMSources make_sources(const unsigned long long* tex, const int* size, const float* M,
                                                   const float* e, const float* K_inv, int S,
                                                   const unsigned long long* depth_tex, const float* Minv,
@@ -135,8 +144,8 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
              float* __restrict__ cost, unsigned int* __restrict__ selected, unsigned char* __restrict__ weights) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
     const TileRef tref = load_ref_tile(tile, ref, W, H);
-    const int y = blockIdx.y * PM_BLOCK_Y + threadIdx.y;
-    const int x = blockIdx.x * (2 * PM_BLOCK_X) + 2 * threadIdx.x + ((y + color) & 1);
+    const int2 px = block_pixel(threadIdx.y * PM_BLOCK_X + threadIdx.x, color);
+    const int x = px.x, y = px.y;
     if (x >= W || y >= H) return;
     const PMParams p = load_params(fparams, iparams);
     const PMSources src = make_sources(tex, size, M, e, K_inv, S, depth_tex, Minv, fvec, p);

@@ -23,11 +23,3 @@ __device__ __forceinline__ int warp_exclusive_offset(unsigned int count, int lan
     *total = sum;
     return offset;
 }
-
-// Pixel of thread t of this block (same mapping as the solver kernels: thread (tx, ty) covers
-// column 2 tx + ((y + color) & 1) of the block's 2 * PM_BLOCK_X columns).
-__device__ __forceinline__ int2 block_pixel(int t, int color) {
-    const int ty = t / PM_BLOCK_X, tx = t - ty * PM_BLOCK_X;
-    const int y = blockIdx.y * PM_BLOCK_Y + ty;
-    return make_int2(blockIdx.x * (2 * PM_BLOCK_X) + 2 * tx + ((y + color) & 1), y);
-}

@@ -84,8 +84,7 @@ def _pass_inputs(cfg: PipelineConfig, scene: Scene, sel: ViewSelection, ref: int
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
         d = cfg.depth
-        guide = problem.ref_image if device_cache is None else device_cache.array(("ref", problem.ref_key),
-                                                                                   problem.ref_image)
+        guide = problem.ref_image if device_cache is None else device_cache.reference_image(problem)
         problem.init_depth, problem.init_normal = jbu_upsample(
             prev_depth, prev_normal, guide, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")

@@ -127,6 +127,13 @@ class TextureCache:
 
         return self.get(key, make)
 
+    def reference_image(self, problem):
+        """The problem's reference image on the device, kept under its ref_key (None: not kept,
+        an upload of its own)."""
+        if problem.ref_key is None:
+            return import_cupy().asarray(problem.ref_image, dtype=np.float32)
+        return self.array(("ref", problem.ref_key), problem.ref_image)
+
     def release(self) -> None:
         self._entries.clear()
         self.bytes = 0
@@ -172,8 +179,7 @@ class DeviceProblem:
         S = problem.num_sources
         self.height, self.width = problem.shape
         self.num_sources = S
-        self.ref = (cache.array(("ref", problem.ref_key), problem.ref_image)
-                    if cache is not None and problem.ref_key is not None
+        self.ref = (cache.reference_image(problem) if cache is not None
                     else cp.asarray(problem.ref_image, dtype=cp.float32))                   # [H, W]
         self.textures = _Textures(problem.src_images, problem.src_keys, cache, image_texture, "src_images", 16)
         self.sizes = cp.asarray(np.array([(img.shape[1], img.shape[0]) for img in problem.src_images],
