@@ -1,7 +1,7 @@
 """Chain the stages; record per-stage wall time, counts and the resolved config in OUT.
 
-Each stage skips work whose output already exists (resume), unless `overwrite` is set.
-Stages that later issues add register themselves in STAGE_RUNNERS.
+Each stage is `<stage>/stage.py`'s `run(ctx)` with the RunContext below; it skips work whose output
+already exists (resume), unless `overwrite` is set. This module only composes them.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import load as load_stage
-from . import views as views_stage
-from .backend import resolve_backend
-from .config import config_to_dict, dump_config
-from .config_schema import PipelineConfig
+from .config.loader import config_to_dict, dump_config
+from .config.schema import PipelineConfig
 from .errors import MVSError
+from .gpu.backend import resolve_backend
 from .io.atomic import atomic_write_text
-from .workspace import has_model, read_scene
+from .scene import stage as scene_stage
+from .scene.workspace import has_model, read_scene
+from .views import stage as views_stage
 
 log = logging.getLogger(__name__)
 
@@ -51,61 +51,47 @@ class RunContext:
 
     def require_selection(self):
         if self.selection is None:
-            self.selection = views_stage.run(self.cfg.views, self.require_scene(), self.out_dir, overwrite=False)
+            self.selection = views_stage.select_and_write(self.cfg.views, self.require_scene(), self.out_dir,
+                                                          overwrite=False)
         return self.selection
 
 
-def _stage_load(ctx: RunContext) -> None:
-    ctx.scene = load_stage.run(ctx.cfg, ctx.workspace, ctx.out_dir, ctx.images, ctx.sparse,
-                               overwrite=ctx.overwrite, progress=ctx.progress)
-    ctx.counts["views"] = ctx.scene.num_views
-    ctx.counts["sparse_points"] = len(ctx.scene.points_in_world)
+# Stages are imported when they run: the heavy ones pull in numba and CuPy.
+def _run_load(ctx: RunContext) -> None:
+    scene_stage.run(ctx)
 
 
-def _stage_views(ctx: RunContext) -> None:
-    ctx.selection = views_stage.run(ctx.cfg.views, ctx.require_scene(), ctx.out_dir, overwrite=ctx.overwrite)
-    ctx.counts["views_with_sources"] = sum(1 for n in ctx.selection.neighbors if n)
+def _run_views(ctx: RunContext) -> None:
+    views_stage.run(ctx)
 
 
-def _stage_depth(ctx: RunContext) -> None:
-    from . import depth as depth_stage  # noqa: PLC0415 (imports numba/cupy only when needed)
+def _run_depth(ctx: RunContext) -> None:
+    from .depth import stage  # noqa: PLC0415 (imports numba/cupy only when needed)
 
-    counts = depth_stage.run(ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
-                             overwrite=ctx.overwrite, progress=ctx.progress)
-    ctx.counts.update(counts)
+    stage.run(ctx)
 
 
-def _stage_fusion(ctx: RunContext) -> None:
-    from . import fusion as fusion_stage  # noqa: PLC0415 (imports numba; only when fusing)
+def _run_fusion(ctx: RunContext) -> None:
+    from .fusion import stage  # noqa: PLC0415 (imports numba; only when fusing)
 
-    counts = fusion_stage.run(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
-                              overwrite=ctx.overwrite, progress=ctx.progress)
-    ctx.counts["fusion_views"] = counts.get("reference_views", 0)
-    ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
-    ctx.counts["fused_points"] = counts.get("points", 0)
-    if counts.get("gpu_peak_bytes") is not None:
-        ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
+    stage.run(ctx)
 
 
-def _stage_sampling(ctx: RunContext) -> None:
-    from . import sampling as sampling_stage  # noqa: PLC0415
+def _run_sampling(ctx: RunContext) -> None:
+    from .sampling import stage  # noqa: PLC0415
 
-    sampling_stage.run(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite, backend=ctx.backend)
-
-
-def _stage_evaluate(ctx: RunContext) -> None:
-    from .evaluation import stage as evaluate_stage  # noqa: PLC0415
-
-    summary = evaluate_stage.run(ctx.cfg.evaluate, ctx.out_dir, gt_mlp=ctx.gt, workspace=ctx.workspace,
-                                 backend=ctx.backend, overwrite=ctx.overwrite, make_report=False)
-    for cloud, scores in summary.get("eth3d", {}).items():
-        ctx.counts[f"f1_{cloud}"] = scores["f1"]
+    stage.run(ctx)
 
 
-STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _stage_load, "views": _stage_views,
-                                                          "depth": _stage_depth,
-                                                          "fusion": _stage_fusion, "sampling": _stage_sampling,
-                                                          "evaluate": _stage_evaluate}
+def _run_evaluate(ctx: RunContext) -> None:
+    from .evaluation import stage  # noqa: PLC0415
+
+    stage.run(ctx)
+
+
+STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _run_load, "views": _run_views,
+                                                          "depth": _run_depth, "fusion": _run_fusion,
+                                                          "sampling": _run_sampling, "evaluate": _run_evaluate}
 
 
 def parse_stages(text: str | None) -> list[str]:
@@ -139,7 +125,7 @@ def _reset_gpu_pool(backend: str):
     its device-wide peak separately as counts.depth_gpu_used_peak_bytes)."""
     if backend != "cuda":
         return None
-    from .kernels.loader import import_cupy  # noqa: PLC0415
+    from .gpu.loader import import_cupy  # noqa: PLC0415
 
     pool = import_cupy().get_default_memory_pool()
     pool.free_all_blocks()

@@ -33,7 +33,7 @@ def _commit() -> str:
 
 
 def _config(sources: int, backend: str, extra: list[str]):
-    from mvs_pipeline.config import load_config  # noqa: PLC0415
+    from mvs_pipeline.config.loader import load_config  # noqa: PLC0415
 
     sets = [f"backend={backend}", f"views.num_neighbors={sources}", *extra]
     return load_config(None, sets)
@@ -41,10 +41,10 @@ def _config(sources: int, backend: str, extra: list[str]):
 
 def bench_size(width: int, height: int, views: int, sources: int, backend: str, workdir: Path, workers: int,
                extra: list[str]) -> dict:
-    from mvs_pipeline import depth as depth_stage  # noqa: PLC0415
-    from mvs_pipeline import load as load_stage  # noqa: PLC0415
-    from mvs_pipeline import views as views_stage  # noqa: PLC0415
+    from mvs_pipeline.depth import stage as depth_stage  # noqa: PLC0415
+    from mvs_pipeline.scene import stage as load_stage  # noqa: PLC0415
     from mvs_pipeline.synth import generate_scene  # noqa: PLC0415
+    from mvs_pipeline.views import stage as views_stage  # noqa: PLC0415
 
     scene_dir = workdir / f"courtyard_{width}x{height}_v{views}"
     t0 = time.perf_counter()
@@ -55,11 +55,11 @@ def bench_size(width: int, height: int, views: int, sources: int, backend: str, 
     cfg = _config(sources, backend, extra)
     out = workdir / f"run_{width}x{height}"
     shutil.rmtree(out, ignore_errors=True)
-    scene = load_stage.run(cfg, scene_dir, out, None, None, overwrite=True, progress=False)
-    sel = views_stage.run(cfg.views, scene, out, overwrite=True)
+    scene = load_stage.prepare_workspace(cfg, scene_dir, out, None, None, overwrite=True, progress=False)
+    sel = views_stage.select_and_write(cfg.views, scene, out, overwrite=True)
     prof = depth_stage.Profile()
     t0 = time.perf_counter()
-    counts = depth_stage.run(cfg, scene, sel, out, backend, overwrite=True, progress=False, profile=prof)
+    counts = depth_stage.compute_depth_maps(cfg, scene, sel, out, backend, overwrite=True, progress=False, profile=prof)
     wall = time.perf_counter() - t0
     n = counts["depth_views"]
     return {"size": [width, height], "views": views, "sources": sources, "depth_views": n,

@@ -25,8 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mvs_pipeline.cpu import fps as cpu_fps  # noqa: E402
 from mvs_pipeline.errors import MVSError  # noqa: E402
+from mvs_pipeline.sampling.points.fps import cpu as cpu_fps  # noqa: E402
 
 H100_BANDWIDTH = 3.35e12  # B/s, HBM3 on an H100 SXM
 
@@ -65,7 +65,7 @@ def commit() -> str:
 
 
 def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm, threads=None):
-    from mvs_pipeline.kernels import fps as kfps
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
 
     kfps.fps_tree(xyz_gpu, 2, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
                   threads=threads)  # compiles this kernel shape outside the timing
@@ -79,7 +79,7 @@ def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm, threads=None):
 
 def gpu_block_probe(cupy, xyz_gpu, m, budget_s):
     """Time the one-block kernel on a probe and extrapolate to m samples."""
-    from mvs_pipeline.kernels import fps as kfps
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
 
     start = cupy.zeros(1, dtype=cupy.int32)
 
@@ -140,7 +140,7 @@ def main() -> int:
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        from mvs_pipeline.kernels import fps as kfps
+        from mvs_pipeline.sampling.points.fps import cuda as kfps
 
         warm = cupy.asarray(surface_cloud(5000, 1))  # compile outside the timings
         kfps.fps_tree(warm, 100, 0)

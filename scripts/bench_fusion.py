@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark the fusion stage: wall time of `fusion.run` (reading maps and images included) per
+"""Benchmark the fusion stage: wall time of `fusion.stage.fuse_depth_maps` (reading maps and images included) per
 backend, and COLMAP's own fusion (pycolmap.stereo_fusion, CPU) on the same maps.
 
 The scene is analytic so that generating 50 views of 1600x1066 takes seconds: a ground plane and
@@ -28,12 +28,13 @@ import cv2
 import numpy as np
 import pycolmap
 
-from mvs_pipeline.config_schema import FusionConfig, ViewsConfig
-from mvs_pipeline.fusion import run as run_fusion
+from mvs_pipeline.fusion.params import FusionConfig
+from mvs_pipeline.fusion.stage import fuse_depth_maps as run_fusion
 from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
+from mvs_pipeline.scene.workspace import read_scene
 from mvs_pipeline.synth.camera import look_at
-from mvs_pipeline.views import select_views
-from mvs_pipeline.workspace import read_scene
+from mvs_pipeline.views.params import ViewsConfig
+from mvs_pipeline.views.selection import select_views
 
 SPHERES = [((0.0, 0.0, 0.8), 0.8), ((1.3, -0.9, 0.45), 0.45)]  # (centre, radius), metres; ground z = 0
 

@@ -25,9 +25,9 @@ import time
 import cv2
 import numpy as np
 
-from mvs_pipeline.patchmatch import PatchMatchParams, validate_problem
-from mvs_pipeline.patchmatch.toy_scene import make_toy_scene
-from mvs_pipeline.patchmatch.window import samples_per_row, window_compile_options
+from mvs_pipeline.depth.patchmatch import PatchMatchParams, validate_problem
+from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
+from mvs_pipeline.depth.patchmatch.window import samples_per_row, window_compile_options
 
 # Texture units per SM (Volta..Hopper): the nominal peak of filtered fetches per clock per SM.
 TEX_UNITS_PER_SM = 4
@@ -49,7 +49,7 @@ def _upsample(problem, factor: int):
 def kernel_report(cp, radius, step, num_sources, block_y, num_refine):
     """num_regs / local bytes / shared memory (pm_refine: static + dynamic for num_refine) and
     the resulting occupancy of the solver kernels."""
-    from mvs_pipeline.kernels import patchmatch as kpm  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch import cuda as kpm  # noqa: PLC0415
 
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
@@ -81,10 +81,10 @@ def kernel_split(problem, params, seed, block_y, iterations: int) -> dict:
     launch by launch."""
     import cupy as cp  # noqa: PLC0415
 
-    from mvs_pipeline.cpu import patchmatch as cpu  # noqa: PLC0415
-    from mvs_pipeline.kernels import patchmatch as kpm  # noqa: PLC0415
-    from mvs_pipeline.patchmatch.packing import pack_params  # noqa: PLC0415
-    from mvs_pipeline.patchmatch.problem import source_matrices  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch import cpu  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch import cuda as kpm  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.packing import pack_params  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.problem import source_matrices  # noqa: PLC0415
 
     H, W = problem.shape
     S = problem.num_sources
@@ -120,7 +120,7 @@ def kernel_split(problem, params, seed, block_y, iterations: int) -> dict:
 def bench_gpu(width, height, sources, iterations, seed, block_y, num_refine=None):
     import cupy as cp  # noqa: PLC0415
 
-    from mvs_pipeline.patchmatch.cuda_solver import solve_cuda  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.cuda_solver import solve_cuda  # noqa: PLC0415
 
     t0 = time.perf_counter()
     scene = make_toy_scene(width, height, num_sources=sources, seed=seed)
@@ -161,7 +161,7 @@ def bench_gpu(width, height, sources, iterations, seed, block_y, num_refine=None
 def bench_memory(sources, seed):
     import cupy as cp  # noqa: PLC0415
 
-    from mvs_pipeline.patchmatch.cuda_solver import solve_cuda  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.cuda_solver import solve_cuda  # noqa: PLC0415
 
     scene = make_toy_scene(1600, 1065, num_sources=sources, seed=seed)
     problem = validate_problem(_upsample(scene.problem, 2))                          # 3200 x 2130
@@ -178,7 +178,7 @@ def bench_memory(sources, seed):
 def bench_cpu(width, height, sources, iterations, seed):
     import numba  # noqa: PLC0415
 
-    from mvs_pipeline.patchmatch.cpu_solver import solve_cpu  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.cpu_solver import solve_cpu  # noqa: PLC0415
 
     scene = make_toy_scene(width, height, num_sources=sources, seed=seed)
     problem = validate_problem(scene.problem)
@@ -193,14 +193,14 @@ def bench_cpu(width, height, sources, iterations, seed):
 
 
 def ptxas_report(radius, step, sources, block_y):
+    from mvs_pipeline.depth.patchmatch.cuda import views_capacity  # noqa: PLC0415
     from mvs_pipeline.paths import CUDA_DIR  # noqa: PLC0415
-    from mvs_pipeline.kernels.patchmatch import views_capacity  # noqa: PLC0415
 
     lines = []
     for arch in ("sm_90", "sm_80"):
         cmd = ["nvcc", "-std=c++17", f"-arch={arch}", f"-I{CUDA_DIR}", *window_compile_options(radius, step),
                f"-DPM_MAX_VIEWS={views_capacity(sources)}", f"-DPM_BLOCK_Y={block_y}", "-c",
-               str(CUDA_DIR / "patchmatch.cu"), "-o", "/dev/null", "-Xptxas", "-v"]
+               str(CUDA_DIR / "depth_patchmatch.cu"), "-o", "/dev/null", "-Xptxas", "-v"]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, check=False)
         except FileNotFoundError:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from mvs_pipeline.patchmatch import PatchMatchParams, run_patchmatch
-from mvs_pipeline.patchmatch.from_colmap import problem_from_colmap
+from mvs_pipeline.depth.patchmatch import PatchMatchParams, run_patchmatch
+from mvs_pipeline.depth.patchmatch.from_colmap import problem_from_colmap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.test_patchmatch_synth import HEIGHT, SOURCES, VIEWS, WIDTH, _textured_valid  # noqa: E402
+from tests.depth.test_patchmatch_synth import HEIGHT, SOURCES, VIEWS, WIDTH, _textured_valid  # noqa: E402
 
 
 def evaluate(scene_dir: Path, refs: list[int], params: PatchMatchParams, backend: str) -> tuple[float, float]:

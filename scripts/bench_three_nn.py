@@ -23,9 +23,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_fps import commit, parse_count, surface_cloud  # noqa: E402
-from mvs_pipeline.cpu import three_nn as cpu_nn  # noqa: E402
-from mvs_pipeline.points.grid import choose_grid  # noqa: E402
-from mvs_pipeline.points.three_nn import inverse_distance_weights  # noqa: E402
+
+from mvs_pipeline.sampling.points.grid import choose_grid  # noqa: E402
+from mvs_pipeline.sampling.points.three_nn import cpu as cpu_nn  # noqa: E402
+from mvs_pipeline.sampling.points.three_nn.ops import inverse_distance_weights  # noqa: E402
 
 
 def timed(fn, sync=None, repeat=1):
@@ -68,7 +69,7 @@ def main() -> int:
     if "gpu" in methods:
         import cupy
 
-        from mvs_pipeline.kernels import three_nn as knn
+        from mvs_pipeline.sampling.points.three_nn import cuda as knn
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mvs_pipeline.kernels.loader import cuda_usable
+from mvs_pipeline.gpu.loader import cuda_usable
 
 _CUDA_OK, _CUDA_REASON = cuda_usable()
 

@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..points.dsm import compute_dsm, write_dsm  # noqa: PLC0415
+    from ..sampling.points.dsm import compute_dsm, write_dsm  # noqa: PLC0415
 
     cloud = read_ply(args.input)
     raster = compute_dsm(cloud.xyz, cloud.colors, args.cell_size, args.up, args.reduce, backend=args.backend)

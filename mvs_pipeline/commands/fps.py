@@ -37,8 +37,8 @@ def register(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..points.fps import farthest_point_sampling  # noqa: PLC0415
-    from ..sampling import subset  # noqa: PLC0415
+    from ..sampling.points.fps.ops import farthest_point_sampling  # noqa: PLC0415
+    from ..sampling.stage import subset  # noqa: PLC0415
 
     cloud = read_ply(args.input)
     if args.ratio is not None:

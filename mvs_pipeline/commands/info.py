@@ -6,9 +6,9 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from ..config import load_config
-from ..views import select_views
-from ..workspace import detect_layout, read_scene
+from ..config.loader import load_config
+from ..scene.workspace import detect_layout, read_scene
+from ..views.selection import select_views
 from .common import add_config_args
 
 

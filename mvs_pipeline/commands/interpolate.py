@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..points.three_nn import interpolate_attributes  # noqa: PLC0415
+    from ..sampling.points.three_nn.ops import interpolate_attributes  # noqa: PLC0415
 
     source, target = read_ply(args.source), read_ply(args.target)
     names = [n.strip() for n in args.attributes.split(",") if n.strip()] if args.attributes else None

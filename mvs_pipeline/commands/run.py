@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..config import load_config
+from ..config.loader import load_config
 from ..pipeline import ALL_STAGES, RunContext, parse_stages, run_pipeline
 from .common import add_config_args
 

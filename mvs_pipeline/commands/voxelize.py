@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..points.voxel_pool import voxel_downsample  # noqa: PLC0415
+    from ..sampling.points.voxel_pool.ops import voxel_downsample  # noqa: PLC0415
 
     cloud = read_ply(args.input)
     pooled = voxel_downsample(cloud, args.voxel_size, backend=args.backend)

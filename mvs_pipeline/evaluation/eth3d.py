@@ -7,7 +7,7 @@ Definition (Schöps et al., CVPR 2017; the official `ETH3DMultiViewEvaluation` p
   passes through it lies within tau; otherwise inaccurate when it lies in front of a measured
   surface on such a beam (observed free space); otherwise unobserved and ignored. Per-cell
   ratio accurate / (accurate + inaccurate), averaged over cells with any counted point.
-  The beam test is in cpu_accuracy.py (and cuda/eth3d_eval.cu).
+  The beam test is in cpu_accuracy.py (and cuda/evaluation_eth3d.cu).
 - F1(tau) = 2 A C / (A + C) (0 when both are 0).
 
 Inputs are float32 like the official program's: reconstruction coordinates are rounded to
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backend import resolve_backend
 from ..errors import MVSError
+from ..gpu.backend import resolve_backend
 from ..io.ply import read_vertex_element
 from .mlp import Scan
 from .voxels import GRID_SHIFTS, cell_ids, pooled_cell_mean
@@ -148,7 +148,7 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
     seconds["prepare"] = time.perf_counter() - t0
 
     if which == "cuda":
-        from ..kernels.eth3d_eval import evaluate_point_results_cuda  # noqa: PLC0415
+        from .cuda import evaluate_point_results_cuda  # noqa: PLC0415
 
         cp, gt_dist2, best, front, sec = evaluate_point_results_cuda(
             recon32, gt_world, scans, max(tol), beam_start, tan_div, min(tol) ** 2)
@@ -161,8 +161,10 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
             gt_dist2, best, front = gt_dist2.get(), best.get(), front.get()
     else:
         # Imported here: numba and scipy take a while to import, and the CLI imports this module.
-        from .cpu_accuracy import classify_points_cpu  # noqa: PLC0415
-        from .cpu_completeness import nearest_dist2_cpu  # noqa: PLC0415
+        from .cpu import (
+            classify_points_cpu,  # noqa: PLC0415
+            nearest_dist2_cpu,  # noqa: PLC0415
+        )
         from .sphere_grid import build_sphere_grids  # noqa: PLC0415
 
         t0 = time.perf_counter()

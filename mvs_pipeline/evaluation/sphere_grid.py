@@ -13,7 +13,7 @@ accepts: the window may only *add* rays, never lose them, and the exact test dec
 Cell (i, j): i = min(floor(incl / (pi / n_incl)), n_incl - 1), j = floor((az + pi) / (2 pi / n_az))
 mod n_az; cell index i * n_az + j. Points of one scan are sorted by cell; `starts[c]` ..
 `starts[c + 1]` are cell c's points, so one inclination row of a window is one contiguous range
-(two when the azimuth window wraps around). cuda/eth3d_eval.cu uses the same layout.
+(two when the azimuth window wraps around). cuda/evaluation_eth3d.cu uses the same layout.
 
 Scan points at the scanner origin (|S| = 0) have no direction and are dropped.
 """

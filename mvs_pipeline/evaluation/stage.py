@@ -63,8 +63,9 @@ def _reusable(json_path: Path, inputs: dict) -> bool:
     return old.get("inputs") == inputs
 
 
-def run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None, backend: str = "auto",
-        overwrite: bool = False, depth_gt: Path | None = None, make_report: bool | None = None) -> dict:
+def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None,
+                 backend: str = "auto", overwrite: bool = False, depth_gt: Path | None = None,
+                 make_report: bool | None = None) -> dict:
     """Evaluate what the run folder holds; returns {"eth3d": {cloud: result}, "depth": ..., "report": path}.
 
     `cfg` is the EvaluateConfig section (tolerances, voxel_size, beam_start_radius,
@@ -133,3 +134,12 @@ def write_final_report(cfg, out_dir: Path) -> Path:
 
     _, html_path = write_report(out_dir, max_views=cfg.report_max_views, render_points=cfg.report_render_points)
     return html_path
+
+
+def run(ctx) -> None:
+    """The pipeline's `evaluate` stage: `ctx` is pipeline.RunContext. The report is written by the
+    pipeline after run.json, so that it shows this run's timings (write_final_report)."""
+    summary = evaluate_run(ctx.cfg.evaluate, ctx.out_dir, gt_mlp=ctx.gt, workspace=ctx.workspace,
+                           backend=ctx.backend, overwrite=ctx.overwrite, make_report=False)
+    for cloud, scores in summary.get("eth3d", {}).items():
+        ctx.counts[f"f1_{cloud}"] = scores["f1"]

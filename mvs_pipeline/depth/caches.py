@@ -1,0 +1,147 @@
+"""What the depth stage keeps in memory between views and passes: decoded grey images (decoded
+ahead in background threads) and the maps of earlier passes (on the GPU when the stage runs
+there, so the next pass never waits for a download, a file or an upload)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..errors import MVSError
+from ..io.colmap_maps import read_depth_map, read_normal_map
+from ..scene.scene import Scene
+from .passes import scaled_size
+
+
+class GreyImageCache:
+    """Decoded grey images (float32, 0..255, read-only) per (view_idx, scale), most recently used
+    kept up to `max_bytes`. `prefetch` decodes images in `threads` background threads (OpenCV
+    releases the GIL) so that the GPU does not wait for the decoder: at 3200x2130 decoding the
+    21 images of a scene one after another took ~4 s of the stage."""
+
+    def __init__(self, scene: Scene, max_bytes: int = 4 << 30, threads: int = 0):
+        self.scene, self.max_bytes = scene, max_bytes
+        self.bytes = 0
+        self._cache: OrderedDict[tuple[int, int], np.ndarray | Future] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads) if threads > 0 else None
+
+    def _decode(self, view_idx: int) -> np.ndarray:
+        view = self.scene.views[view_idx]
+        pixels = cv2.imread(str(view.image_path), cv2.IMREAD_GRAYSCALE)
+        if pixels is None:
+            raise MVSError(f"{view.image_path}: image '{view.name}' could not be read")
+        if pixels.shape != (view.height, view.width):
+            raise MVSError(f"{view.image_path}: image '{view.name}' is {pixels.shape[1]}x{pixels.shape[0]} px "
+                           f"but its camera says {view.width}x{view.height}")
+        return pixels.astype(np.float32)
+
+    def _store(self, key, grey: np.ndarray) -> np.ndarray:
+        grey.setflags(write=False)   # shared by many problems; read-only lets PatchMatch skip re-checks
+        with self._lock:
+            old = self._cache.get(key)
+            if isinstance(old, np.ndarray):
+                return old
+            self._cache[key] = grey
+            self._cache.move_to_end(key)
+            self.bytes += grey.nbytes
+            while self.bytes > self.max_bytes and len(self._cache) > 1:
+                _, dropped = self._cache.popitem(last=False)
+                if isinstance(dropped, np.ndarray):
+                    self.bytes -= dropped.nbytes
+        return grey
+
+    def _load(self, key) -> np.ndarray:
+        view_idx, scale = key
+        with self._lock:
+            full = self._cache.get((view_idx, 0))
+        if not isinstance(full, np.ndarray):
+            full = self._store((view_idx, 0), self._decode(view_idx))   # decoded once for all scales
+        if scale == 0:
+            return full
+        view = self.scene.views[view_idx]
+        # area averaging: each pixel counts once, no aliasing of fine texture
+        small = cv2.resize(full, scaled_size(view.width, view.height, scale), interpolation=cv2.INTER_AREA)
+        return self._store(key, small)
+
+    def get(self, view_idx: int, scale: int = 0) -> np.ndarray:
+        key = (view_idx, scale)
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
+        if isinstance(entry, np.ndarray):
+            return entry
+        if isinstance(entry, Future):
+            return entry.result()      # re-raises a decoding error here, naming the image
+        return self._load(key)
+
+    def prefetch(self, keys) -> None:
+        """Start decoding (view_idx, scale) keys in the background, in the order given, as many as
+        the byte budget holds (about half of it, so images still in use are not pushed out)."""
+        if self._pool is None:
+            return
+        budget = self.max_bytes // 2
+        for key in dict.fromkeys(keys):
+            view = self.scene.views[key[0]]
+            w, h = scaled_size(view.width, view.height, key[1])
+            budget -= 4 * w * h
+            if budget < 0:
+                return
+            with self._lock:
+                if key in self._cache:
+                    continue
+                fut = self._pool.submit(self._load, key)
+                self._cache[key] = fut
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class MapCache:
+    """Maps of earlier passes, most recently used kept up to a byte budget. A pass's maps go in as
+    they are computed (NumPy arrays, or CuPy arrays when the stage runs on the GPU: the next pass
+    then reads them where they are); after a resume, or once pushed out, they are read from disk,
+    after `before_disk_read()` (the stage's writer flush: the file may still be queued)."""
+
+    def __init__(self, max_bytes: int = 4 << 30, before_disk_read=None):
+        self.max_bytes = max_bytes
+        self.before_disk_read = before_disk_read
+        self.bytes = 0
+        self._cache: OrderedDict[Path, object] = OrderedDict()
+
+    def put(self, path: Path, array) -> None:
+        if path in self._cache:
+            self.bytes -= self._cache.pop(path).nbytes
+        self._cache[path] = array
+        self.bytes += array.nbytes
+        while self.bytes > self.max_bytes and len(self._cache) > 1:
+            self.bytes -= self._cache.popitem(last=False)[1].nbytes
+
+    def _get(self, path: Path, reader, kind: str, expected_shape: tuple, what: str):
+        if path in self._cache:
+            self._cache.move_to_end(path)
+            return self._cache[path]
+        if self.before_disk_read is not None:
+            self.before_disk_read()
+        if not path.is_file():
+            raise MVSError(f"{path}: {kind} map of {what} is missing (delete stereo/ or run with --overwrite)")
+        a = reader(path)
+        if a.shape != tuple(expected_shape):
+            raise MVSError(f"{path}: {kind} map of {what} is {a.shape[1]}x{a.shape[0]} px, expected "
+                           f"{expected_shape[1]}x{expected_shape[0]} for this scale: maps from another "
+                           f"configuration; rerun the depth stage with --overwrite")
+        self.put(path, a)
+        return a
+
+    def depth(self, path: Path, expected_shape: tuple[int, int], what: str):
+        return self._get(path, read_depth_map, "depth", tuple(expected_shape), what)
+
+    def normal(self, path: Path, expected_shape: tuple[int, int], what: str):
+        return self._get(path, read_normal_map, "normal", (*expected_shape, 3), what)

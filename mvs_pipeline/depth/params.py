@@ -1,0 +1,42 @@
+"""The `depth` stage's parameters (`depth/stage.py`, `depth/passes.py`): ACMM's scales and passes.
+
+The per-pass PatchMatch settings are `depth/patchmatch/params.py` (the `patchmatch` section).
+
+Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
+with the same default (tests/config keeps the two in step). `None` means "auto".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    # The depth stage's orchestration (stage.py, passes.py): ACMM's scales and passes.
+    # The per-pass PatchMatch settings (geom_weight, geom_cap included) are the `patchmatch` section.
+    multi_scale: bool = field(default=True, metadata=meta(
+        "ACMM image pyramid: start at a coarse scale and upsample (false = finest scale only)"))
+    coarsest_max_size: int = field(default=1000, metadata=meta(
+        "halve the images until the long side is at most this; that is the coarsest scale", "px", (32, 100000)))
+    geometric_passes: int = field(default=2, metadata=meta(
+        "geometric-consistency passes per scale after the photometric one (ACMM 2)", "passes", (0, 10)))
+    jbu_radius: int = field(default=2, metadata=meta(
+        "joint bilateral upsampling window half size on the coarser map (2 = 5x5)", "px (coarse)", (1, 5)))
+    jbu_sigma_spatial: float = field(default=1.0, metadata=meta(
+        "joint bilateral upsampling: spatial Gaussian sigma", "px (coarse)", (0.05, 100.0)))
+    jbu_sigma_range: float = field(default=25.5, metadata=meta(
+        "joint bilateral upsampling: Gaussian sigma on fine-image intensity differences", "grey levels", (0.1, 1000.0)))
+    detail_margin: float | None = field(default=0.3, metadata=meta(
+        "detail restorer: at a finer scale a pixel leaves its upsampled hypothesis only if the new one's "
+        "photometric cost is lower by more than this (null = always take the new one)", "cost", (0.0, 2.0)))
+    filter_median: bool = field(default=True, metadata=meta(
+        "post-filter the final depth maps with a median over checkerboard neighbours"))
+    filter_max_cost: float | None = field(default=None, metadata=meta(
+        "post-filter: drop final depths whose aggregated cost exceeds this (null = keep all)", "cost", (0.0, 10.0)))
+    sync_maps: bool = field(default=False, metadata=meta(
+        "fsync every map file before it counts as written (survives a power loss; slower: the maps of "
+        "21 views at 3200 px are ~11 GB). Off, maps are still written atomically and a rerun redoes any "
+        "map found incomplete"))

@@ -1,0 +1,95 @@
+"""The plan of the depth stage: which scales and passes run, and where each pass keeps its maps.
+
+ACMM's order: at the coarsest scale a photometric pass, then `geometric_passes` geometric
+passes; at every finer scale the photometric pass starts from the coarser scale's last maps
+(joint bilateral upsampling + detail restorer), again followed by geometric passes. Every pass
+finishes for all views before the next starts, because a geometric pass reads the sources'
+maps of the pass before it.
+
+Files (COLMAP's dense layout; image names may contain sub-folders):
+    stereo/{depth,normal,cost}_maps/<name>.photometric.bin   finest scale, photometric pass
+    stereo/{depth,normal,cost}_maps/<name>.geometric.bin     finest scale, last geometric pass
+                                                             (post-filtered; what fusion reads)
+    stereo/passes/<pass id>/{depth,normal,cost}_maps/<name>.<type>.bin   every other pass
+Scale 0 is the finest (the loaded images), scale k has 2^-k of their size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..io.colmap_maps import colmap_array_complete
+from .params import DepthConfig
+
+MAP_KINDS = ("depth", "normal", "cost")
+MAP_CHANNELS = {"depth": 1, "normal": 3, "cost": 1}
+
+
+@dataclass(frozen=True)
+class DepthPass:
+    index: int           # position in the plan (0 = first pass run)
+    scale: int           # 0 = finest
+    kind: str            # "photometric" | "geometric"
+    repeat: int          # 0 for the photometric pass, 1.. for the geometric ones
+    final: bool          # the finest scale's last pass: post-filtered, read by fusion
+    root: Path           # folder holding {depth,normal,cost}_maps/ for this pass
+
+    @property
+    def id(self) -> str:
+        return pass_id(self.scale, self.kind, self.repeat)
+
+    def map_path(self, kind: str, name: str) -> Path:
+        """kind: depth | normal | cost."""
+        return self.root / f"{kind}_maps" / f"{name}.{self.kind}.bin"
+
+    def done(self, name: str) -> bool:
+        """All three maps exist and are complete (each is written atomically, depth last; without
+        fsync a power loss can leave a renamed file short, which then counts as not done)."""
+        return all(colmap_array_complete(self.map_path(k, name), MAP_CHANNELS[k]) for k in MAP_KINDS)
+
+
+def pass_id(scale: int, kind: str, repeat: int) -> str:
+    """`s<scale>_photometric` or `s<scale>_geometric<repeat>`: the pass's folder name."""
+    return f"s{scale}_{kind}" + (f"{repeat}" if kind == "geometric" else "")
+
+
+def num_scales(cfg: DepthConfig, max_long_side: int) -> int:
+    """1 + the halvings needed to bring the longest image side to cfg.coarsest_max_size or less."""
+    if not cfg.multi_scale:
+        return 1
+    n, side = 1, float(max_long_side)
+    while side > cfg.coarsest_max_size:
+        side /= 2.0
+        n += 1
+    return n
+
+
+def scaled_size(width: int, height: int, scale: int) -> tuple[int, int]:
+    """(w, h) of an image at pyramid scale `scale` (each halving rounds, at least 1 px)."""
+    f = 2.0 ** -scale
+    return max(1, int(round(width * f))), max(1, int(round(height * f)))
+
+
+def scaled_K(K: np.ndarray, width: int, height: int, size: tuple[int, int]) -> np.ndarray:
+    """Intrinsics for the image resized from (width, height) to `size`: pixel centres at +0.5
+    keep their meaning, so image coordinates scale by exactly w'/w and h'/h."""
+    S = np.diag([size[0] / width, size[1] / height, 1.0])
+    return S @ np.asarray(K, dtype=np.float64)
+
+
+def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int) -> list[DepthPass]:
+    """Every pass in run order, coarsest scale first."""
+    stereo_dir = Path(stereo_dir)
+    scales = num_scales(cfg, max_long_side)
+    passes: list[DepthPass] = []
+    for scale in range(scales - 1, -1, -1):
+        kinds = [("photometric", 0)] + [("geometric", g) for g in range(1, cfg.geometric_passes + 1)]
+        for j, (kind, repeat) in enumerate(kinds):
+            last = scale == 0 and j == len(kinds) - 1
+            finest_photometric = scale == 0 and kind == "photometric"
+            root = stereo_dir if (last or finest_photometric) else stereo_dir / "passes" / pass_id(scale, kind, repeat)
+            passes.append(DepthPass(index=len(passes), scale=scale, kind=kind, repeat=repeat, final=last, root=root))
+    return passes

@@ -1,0 +1,124 @@
+"""Writing the depth stage's maps in background threads while the next view computes.
+
+On the GPU a view's maps are copied to page-locked host buffers asynchronously (the normal map
+laid out planar, as the file wants it, on the device first); a writer thread waits for the copy's
+event and writes the files, so neither the host nor the GPU waits for downloads or the disk.
+Every file is written atomically with depth last, so a crash loses at most the views still
+queued, which a rerun redoes (`DepthPass.done` also rejects a map left incomplete).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..gpu.loader import on_gpu
+from ..io.colmap_maps import write_colmap_planes, write_previews
+from .passes import DepthPass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ViewMaps:
+    """One view's maps of one pass, on the host: depth [H, W], normal planes [3, H, W], cost [H, W]."""
+    depth: np.ndarray
+    normal_planes: np.ndarray
+    cost: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.depth.nbytes + self.normal_planes.nbytes + self.cost.nbytes
+
+
+def start_download(depth, normal, cost):
+    """(ViewMaps, event or None): host copies of the maps. CuPy inputs are copied asynchronously
+    into page-locked buffers on the current stream (wait for the event before reading them);
+    NumPy inputs are used as they are."""
+    if not on_gpu(depth):
+        return ViewMaps(depth, np.moveaxis(normal, 2, 0), cost), None
+    import cupy as cp  # noqa: PLC0415
+    import cupyx  # noqa: PLC0415
+
+    planes = cp.ascontiguousarray(normal.transpose(2, 0, 1))
+    host = []
+    for a in (depth, planes, cost):
+        buf = cupyx.empty_pinned(a.shape, a.dtype)
+        cp.asnumpy(a, out=buf, blocking=False)
+        host.append(buf)
+    event = cp.cuda.Event(disable_timing=True)
+    event.record()
+    return ViewMaps(*host), event
+
+
+def write_view_maps(pss: DepthPass, name: str, maps: ViewMaps, durable: bool) -> None:
+    write_colmap_planes(pss.map_path("normal", name), maps.normal_planes, durable)
+    write_colmap_planes(pss.map_path("cost", name), maps.cost[None], durable)     # one channel, as depth
+    write_colmap_planes(pss.map_path("depth", name), maps.depth[None], durable)   # last: marks the view done
+
+
+class MapWriter:
+    """Background writer of view maps; `submit` blocks only while more than `max_pending_bytes`
+    of maps are queued (bounded host memory when the disk is slower than the GPU)."""
+
+    def __init__(self, threads: int = 8, durable: bool = False, max_pending_bytes: int = 4 << 30):
+        self._pool = ThreadPoolExecutor(max_workers=threads)
+        self._pending: deque = deque()
+        self._pending_bytes = 0
+        self.durable = durable
+        self.max_pending_bytes = max_pending_bytes
+        self.seconds = 0.0        # writing, summed over the writer threads (overlaps with compute)
+        self.valid_pixels = 0     # positive depths in the final maps written
+
+    def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None,
+               checks=()) -> None:
+        """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
+        the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
+        which must pass before the maps are written."""
+        maps, event = start_download(depth, normal, cost)
+
+        def job():
+            if event is not None:
+                event.synchronize()   # the copy follows the view's kernels on the GPU's queue
+            for check in checks:
+                check.raise_if_failed()
+            t0 = time.perf_counter()
+            write_view_maps(pss, name, maps, self.durable)
+            valid = 0
+            if preview is not None:
+                stem, depth_range = preview
+                write_previews(stem, maps.depth, np.moveaxis(maps.normal_planes, 0, 2), maps.cost, depth_range)
+                valid = int((maps.depth > 0).sum())
+            return time.perf_counter() - t0, valid
+
+        self._pending.append((self._pool.submit(job), maps.nbytes))
+        self._pending_bytes += maps.nbytes
+        while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        fut, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        seconds, valid = fut.result()   # re-raises a failed write
+        self.seconds += seconds
+        self.valid_pixels += valid
+
+    def flush(self) -> None:
+        while self._pending:
+            self._wait_oldest()
+
+    def close(self, raise_errors: bool = True) -> None:
+        try:
+            self.flush()
+        except Exception:
+            if raise_errors:
+                raise
+            log.exception("depth: writing maps failed")
+        finally:
+            self._pool.shutdown(wait=True)

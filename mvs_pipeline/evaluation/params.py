@@ -1,0 +1,38 @@
+"""The `evaluate` stage's parameters (`evaluation/stage.py`): ETH3D metric and report.
+
+Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
+with the same default (tests/config keeps the two in step). `None` means "auto".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    # The ETH3D metric's parameters default to the official evaluator's (eth3d.py).
+    tolerances: tuple[float, ...] = field(default=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), metadata=meta(
+        "ETH3D distance tolerances scored (accuracy, completeness, F1 each)", "m", (0.0, 100.0)))
+    voxel_size: float = field(default=0.01, metadata=meta(
+        "voxel cell size of the ETH3D score weighting (each occupied cell weighs the same)", "m", (1e-4, 100.0)))
+    beam_start_radius: float = field(default=0.001125, metadata=meta(
+        "laser beam radius at the scanner, for the free-space (inaccurate) test", "m", (0.0, 1.0)))
+    beam_divergence_deg: float = field(default=0.011, metadata=meta(
+        "laser beam divergence half-angle", "degrees", (0.0, 10.0)))
+    clouds: tuple[str, ...] = field(default=("fused", "fused_fps"), metadata=meta(
+        "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped)"))
+    write_clouds: bool = field(default=False, metadata=meta(
+        "also write coloured complete/accurate/inaccurate/unobserved clouds per tolerance to OUT/eval/"))
+    depth_metrics: bool = field(default=True, metadata=meta(
+        "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))
+    report: bool = field(default=True, metadata=meta("write OUT/report.html and OUT/report.json at the end"))
+    report_max_views: int = field(default=12, metadata=meta(
+        "views shown with depth/normal/cost previews in the report", "views", (0, 10000)))
+    report_render_points: int = field(default=100000, metadata=meta(
+        "points drawn per cloud render in the report (random subsample)", "points", (1000, 10000000)))
+
+    def check(self) -> list[str]:
+        return [] if self.tolerances else ["tolerances must list at least one distance"]

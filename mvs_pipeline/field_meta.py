@@ -1,0 +1,12 @@
+"""Metadata of a config field: what every stage's `params.py` attaches to its dataclass fields.
+
+It sits at the bottom of the package so that stage parameters can describe themselves without
+importing the config loader (which imports every stage's parameters to build `PipelineConfig`).
+"""
+
+from __future__ import annotations
+
+
+def meta(help: str, unit: str | None = None, range: tuple[float, float] | None = None) -> dict:  # noqa: A002
+    """Field metadata: one-line help, unit and inclusive numeric range (checked on load)."""
+    return {"help": help, "unit": unit, "range": range}

@@ -1,0 +1,111 @@
+"""Launchers for `cuda/fusion.cu`: fuse one reference view against its neighbours on the GPU.
+
+Same contract as the CPU twin `mvs_pipeline/cpu/fusion.py` (rules, camera blocks, blocked bits);
+the GPU computes in float32, the twin in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..gpu.loader import get_kernel, import_cupy
+from .cpu import CAM_STRIDE, MAX_NEIGHBORS
+
+BLOCK_2D = (32, 8)  # threads per block of the per-pixel kernel
+BLOCK_1D = 256
+
+_EXPECTED = {"depth": ("float32", 2), "normal": ("float32", 3), "color": ("uint8", 3), "blocked": ("uint8", 2)}
+
+
+def _options(median: bool) -> tuple[str, ...]:
+    return (f"-DFUSION_MAX_NEIGHBORS={MAX_NEIGHBORS}", f"-DFUSION_MEDIAN={int(bool(median))}",
+            f"-DFUSION_CAM_STRIDE={CAM_STRIDE}")
+
+
+def _check_view(cp, what: str, view: dict) -> tuple[int, int]:
+    depth = view["depth"]
+    if not isinstance(depth, cp.ndarray) or depth.ndim != 2:
+        raise ValueError(f"{what}.depth: expected a 2-D cupy array, got {type(depth).__name__} "
+                         f"{getattr(depth, 'shape', None)}")
+    h, w = depth.shape
+    if h * w >= 2**31:
+        raise ValueError(f"{what}: {w}x{h} px; the kernel indexes pixels with int32 (< 2^31 pixels)")
+    shapes = {"depth": (h, w), "normal": (h, w, 3), "color": (h, w, 3), "blocked": (h, w)}
+    device = cp.cuda.Device().id
+    for key, (dtype, _) in _EXPECTED.items():
+        a = view[key]
+        if not isinstance(a, cp.ndarray):
+            raise ValueError(f"{what}.{key}: expected a cupy array, got {type(a).__name__}")
+        if a.dtype != dtype or a.shape != shapes[key] or not a.flags.c_contiguous:
+            raise ValueError(f"{what}.{key}: expected C-contiguous {dtype} {shapes[key]}, "
+                             f"got {a.dtype} {a.shape} (contiguous={a.flags.c_contiguous})")
+        if a.device.id != device:
+            raise ValueError(f"{what}.{key}: on device {a.device.id}, the current device is {device}")
+    return h, w
+
+
+def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, max_reproj_error: float,
+                        max_depth_diff: float, max_normal_angle: float, min_consistent: int,
+                        median: bool, out: dict | None = None) -> dict:
+    """GPU version of `cpu.fusion.fuse_reference` (same arguments; arrays are cupy arrays).
+
+    ref / neighbors: dicts of cupy arrays: depth [H, W] float32, normal [H, W, 3] float32,
+    color [H, W, 3] uint8, blocked [H, W] uint8 (updated in place).
+    cams: [1 + len(neighbors), CAM_STRIDE] (host, any float dtype; cast to float32).
+    out: optional preallocated outputs for this reference size (reused across views).
+    Returns cupy arrays xyz [H*W, 3] float32, normal [H*W, 3] float32, color [H*W, 3] uint8,
+    support [H*W] uint8 (0 = no point), vis [H*W] uint32.
+    """
+    cp = import_cupy()
+    if len(neighbors) > MAX_NEIGHBORS:
+        raise ValueError(f"neighbors: {len(neighbors)} views, at most {MAX_NEIGHBORS} are supported")
+    h, w = _check_view(cp, "ref", ref)
+    sizes = [_check_view(cp, f"neighbors[{k}]", nb) for k, nb in enumerate(neighbors)]
+    cams = np.ascontiguousarray(cams, dtype=np.float32).reshape(-1)
+    if cams.size != (1 + len(neighbors)) * CAM_STRIDE:
+        raise ValueError(f"cams: {cams.size} values, expected {(1 + len(neighbors)) * CAM_STRIDE}")
+    for name, value in (("max_reproj_error", max_reproj_error), ("max_depth_diff", max_depth_diff),
+                        ("max_normal_angle", max_normal_angle)):
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
+    n_pix = h * w
+    if out is None or out["support"].shape != (n_pix,):
+        out = allocate_outputs(n_pix)
+    num_nb = len(neighbors)
+
+    def pointers(key):  # [max(num_nb, 1)] uint64 device pointers (one dummy entry when there are none)
+        ptrs = [nb[key].data.ptr for nb in neighbors] or [0]
+        return cp.asarray(np.asarray(ptrs, dtype=np.uint64))
+
+    nb_size = cp.asarray(np.asarray([(sw, sh) for sh, sw in sizes] or [(0, 0)], dtype=np.int32).reshape(-1))
+    kernel = get_kernel("fusion.cu", "fusion_fuse_reference", _options(median))
+    grid = ((w + BLOCK_2D[0] - 1) // BLOCK_2D[0], (h + BLOCK_2D[1] - 1) // BLOCK_2D[1])
+    kernel(grid, BLOCK_2D, (
+        ref["depth"], ref["normal"], ref["color"], ref["blocked"], np.int32(w), np.int32(h),
+        cp.asarray(cams), pointers("depth"), pointers("normal"), pointers("color"), pointers("blocked"), nb_size,
+        np.int32(num_nb), np.float32(max_reproj_error), np.float32(max_depth_diff),
+        np.float32(np.cos(np.radians(max_normal_angle))), np.int32(min_consistent),
+        out["xyz"], out["normal"], out["color"], out["support"], out["vis"]))
+    for nb in neighbors:
+        commit_claims_cuda(nb["blocked"])
+    return out
+
+
+def allocate_outputs(n_pix: int) -> dict:
+    cp = import_cupy()
+    return {"xyz": cp.empty((n_pix, 3), cp.float32), "normal": cp.empty((n_pix, 3), cp.float32),
+            "color": cp.empty((n_pix, 3), cp.uint8), "support": cp.empty(n_pix, cp.uint8),
+            "vis": cp.empty(n_pix, cp.uint32)}
+
+
+def commit_claims_cuda(blocked) -> None:
+    """Claimed pixels (bit 1) become consumed (bit 0), in place; blocked: cupy uint8, contiguous."""
+    cp = import_cupy()
+    if not isinstance(blocked, cp.ndarray) or blocked.dtype != cp.uint8 or not blocked.flags.c_contiguous:
+        raise ValueError(f"blocked: expected a contiguous cupy uint8 array, got {type(blocked).__name__} "
+                         f"{getattr(blocked, 'dtype', None)}")
+    n = blocked.size
+    if n == 0:
+        return
+    kernel = get_kernel("fusion.cu", "fusion_commit_claims", _options(False))
+    kernel(((n + BLOCK_1D - 1) // BLOCK_1D,), (BLOCK_1D,), (blocked, np.int64(n)))

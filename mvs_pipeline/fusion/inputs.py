@@ -1,0 +1,163 @@
+"""What the fusion stage reads, and reading it: depth/normal maps, images (colours), masks.
+
+Workspace layout (COLMAP's dense workspace):
+    OUT/stereo/depth_maps/<image name>.<type>.bin    [H, W] z-depth, metres (<= 0: no depth)
+    OUT/stereo/normal_maps/<image name>.<type>.bin   [H, W, 3] unit normals, camera frame
+    OUT/images/<image name>                          colours (the images PatchMatch matched)
+    MASK_DIR/<image name>.png                        optional; 0 = ignore the pixel (COLMAP's
+                                                     convention; MASK_DIR/<image name> is also
+                                                     accepted for names ending in .png)
+<type> is `geometric` or `photometric`; `auto` takes geometric when every view that has maps
+has geometric ones, else photometric for all (never a mix: the two are filtered differently).
+
+Bad input: a view without a depth map is skipped with a warning (the views stage gives views
+without source views no map); a depth map without its normal map, a truncated map, a map, image
+or mask whose size differs from the camera's, raise MVSError naming the file. NaN/inf depths are
+treated as "no depth" with a warning naming the file and the count. A view without a mask file
+(when mask_dir is set) uses all its pixels, as COLMAP does; the count is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..errors import MVSError
+from ..io.colmap_maps import read_depth_map, read_normal_map
+from ..scene.scene import Scene
+
+log = logging.getLogger(__name__)
+
+MAP_TYPES = ("geometric", "photometric")
+
+
+@dataclass(frozen=True)
+class ViewInputs:
+    view_idx: int
+    name: str
+    width: int  # px, the camera's (maps, image and mask must match)
+    height: int
+    depth_path: Path
+    normal_path: Path
+    image_path: Path
+    mask_path: Path | None
+
+
+@dataclass
+class HostView:
+    """One view's fusion inputs in host memory."""
+    depth: np.ndarray  # [H, W] float32, non-finite values replaced by 0 (no depth)
+    normal: np.ndarray  # [H, W, 3] float32, camera frame
+    color: np.ndarray  # [H, W, 3] uint8 RGB
+    blocked: np.ndarray  # [H, W] uint8: 1 where the mask says ignore, else 0
+    valid_pixels: int  # pixels with a positive finite depth (masked ones included)
+    masked_pixels: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.depth.nbytes + self.normal.nbytes + self.color.nbytes + self.blocked.nbytes
+
+
+def map_path(stereo_dir: Path, kind: str, name: str, map_type: str) -> Path:
+    """kind: 'depth_maps' | 'normal_maps'."""
+    return Path(stereo_dir) / kind / f"{name}.{map_type}.bin"
+
+
+def mask_path_for(mask_dir: Path, name: str) -> Path | None:
+    candidate = mask_dir / f"{name}.png"
+    if candidate.is_file():
+        return candidate
+    if name.lower().endswith(".png") and (mask_dir / name).is_file():
+        return mask_dir / name
+    return None
+
+
+def resolve_map_type(scene: Scene, stereo_dir: Path, map_type: str) -> str:
+    if map_type in MAP_TYPES:
+        return map_type
+    if map_type != "auto":
+        raise MVSError(f"fusion.map_type: unknown value {map_type!r} (auto, geometric, photometric)")
+    has = {t: [map_path(stereo_dir, "depth_maps", v.name, t).is_file() for v in scene.views] for t in MAP_TYPES}
+    any_map = [g or p for g, p in zip(has["geometric"], has["photometric"])]
+    if any(any_map) and all(g for g, a in zip(has["geometric"], any_map) if a):
+        return "geometric"
+    if any(has["geometric"]):
+        log.warning("fusion: only %d of %d views with maps have geometric maps; fusing photometric maps",
+                    sum(has["geometric"]), sum(any_map))
+    return "photometric"
+
+
+def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
+                mask_dir: str | Path | None) -> tuple[list[ViewInputs | None], str]:
+    """Per view_idx the files to fuse (None: no depth map, skipped with a warning), and the map type."""
+    stereo_dir = Path(stereo_dir)
+    resolved = resolve_map_type(scene, stereo_dir, map_type)
+    mask_root = None
+    if mask_dir is not None:
+        mask_root = Path(mask_dir)
+        if not mask_root.is_dir():
+            raise MVSError(f"fusion.mask_dir: {mask_root} is not a folder")
+    inputs: list[ViewInputs | None] = []
+    missing, unmasked = [], 0
+    for i, view in enumerate(scene.views):
+        depth = map_path(stereo_dir, "depth_maps", view.name, resolved)
+        normal = map_path(stereo_dir, "normal_maps", view.name, resolved)
+        if not depth.is_file():
+            missing.append(view.name)
+            inputs.append(None)
+            continue
+        if not normal.is_file():
+            raise MVSError(f"{normal}: normal map of image '{view.name}' not found (its depth map {depth} exists)")
+        mask = None
+        if mask_root is not None:
+            mask = mask_path_for(mask_root, view.name)
+            unmasked += mask is None
+        inputs.append(ViewInputs(i, view.name, view.width, view.height, depth, normal, view.image_path, mask))
+    if missing:
+        log.warning("fusion: %d of %d views have no %s depth map in %s and are skipped: %s", len(missing),
+                    scene.num_views, resolved, stereo_dir / "depth_maps",
+                    ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else ""))
+    if mask_root is not None and unmasked:
+        log.info("fusion: %d view(s) have no mask in %s and use all pixels", unmasked, mask_root)
+    return inputs, resolved
+
+
+def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) -> None:
+    if shape[:2] != (inp.height, inp.width):
+        raise MVSError(f"{path}: {what} of image '{inp.name}' is {shape[1]}x{shape[0]} px but the camera is "
+                       f"{inp.width}x{inp.height}")
+
+
+def load_view(inp: ViewInputs) -> HostView:
+    depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
+    _check_size(inp.depth_path, "depth map", depth.shape, inp)
+    normal = read_normal_map(inp.normal_path)
+    _check_size(inp.normal_path, "normal map", normal.shape, inp)
+    bad = ~np.isfinite(depth)
+    n_bad = int(np.count_nonzero(bad))
+    if n_bad:
+        log.warning("%s: %d non-finite depth value(s) (NaN/inf) treated as 'no depth'", inp.depth_path, n_bad)
+        depth[bad] = 0.0
+    bgr = cv2.imread(str(inp.image_path), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
+    _check_size(inp.image_path, "image", bgr.shape, inp)
+    color = np.ascontiguousarray(bgr[:, :, ::-1])
+    blocked = np.zeros(depth.shape, np.uint8)
+    masked = 0
+    if inp.mask_path is not None:
+        mask = cv2.imread(str(inp.mask_path), cv2.IMREAD_UNCHANGED)
+        if mask is None:
+            raise MVSError(f"{inp.mask_path}: mask of image '{inp.name}' is not a readable image")
+        _check_size(inp.mask_path, "mask", mask.shape, inp)
+        if mask.ndim == 3:  # COLMAP tests the red channel; OpenCV stores BGR(A)
+            mask = mask[:, :, 2] if mask.shape[2] >= 3 else mask[:, :, 0]
+        ignore = mask == 0
+        blocked[ignore] = 1
+        masked = int(np.count_nonzero(ignore))
+    valid = int(np.count_nonzero(depth > 0))
+    return HostView(depth, normal, color, blocked, valid, masked)

@@ -1,0 +1,34 @@
+"""The `fusion` stage's parameters (`fusion/stage.py`): when neighbouring depth maps agree.
+
+Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
+with the same default (tests/config keeps the two in step). `None` means "auto".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    # Rules in stage.py and cpu.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
+    max_reproj_error: float = field(default=2.0, metadata=meta(
+        "a neighbour agrees only if its own 3D point reprojects this close to the reference pixel", "px", (0.0, 100.0)))
+    max_depth_diff: float = field(default=0.01, metadata=meta(
+        "largest |projected depth - neighbour depth| / neighbour depth for agreement", "fraction", (0.0, 1.0)))
+    max_normal_angle: float = field(default=10.0, metadata=meta(
+        "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
+    min_consistent: int = field(default=2, metadata=meta(
+        "neighbours that must agree to keep a point (2 = seen consistently in 3 views)", "views", (1, 32)))
+    aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
+        "how a point's position, normal and colour combine its observations"))
+    map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(
+        "which depth/normal maps to fuse; auto = geometric when every view has them, else photometric"))
+    mask_dir: str | None = field(default=None, metadata=meta(
+        "folder of COLMAP-style masks MASK_DIR/<image name>.png, zero = ignore the pixel (null = no masks)"))
+    cache_views: int | None = field(default=None, metadata=meta(
+        "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
+        (2, 100000)))

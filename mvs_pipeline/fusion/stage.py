@@ -1,0 +1,425 @@
+"""The `fusion` stage: fuse per-view depth/normal maps into one point cloud, OUT/fused.ply.
+
+Rules (thresholds in `FusionConfig`). Reference views are processed in view_idx order. For a
+reference view r, every pixel p with a valid depth and normal that is not yet consumed (nor
+masked out) is a candidate, all in parallel: p's centre is back-projected to X and projected
+into each neighbour k of r (from stereo/views.json); q is the neighbour pixel under it. k agrees
+when q is not consumed, the depth of X in k is within max_depth_diff (relative) of k's depth at
+q, q's own 3D point reprojects within max_reproj_error px of p's centre, and the two normals
+differ by at most max_normal_angle. With at least min_consistent agreeing neighbours, p emits a
+point: the mean (or median) of its own and the agreeing observations (positions, world normals
+renormalised, image colours), with support = 1 + agreeing views. p and every agreeing q are then
+consumed, so later reference views do not emit the same surface again.
+
+Determinism: within a reference view no decision reads a mark written in that view (claims go
+to a separate bit that is folded in after the view, see cpu/fusion.py), so the points do not
+depend on thread timing; when several reference pixels agree with the same neighbour pixel, each
+emits its point and the pixel is consumed once. Points are written in (view_idx, pixel) order.
+
+Memory: only the maps of the current reference view and its neighbours must be resident. A cache
+of `cache_views` views (GPU memory for the cuda backend, host memory for cpu) evicts the view
+whose next use lies farthest ahead (the plan is known in advance), loads run ahead in a thread
+pool, and each view's consumed marks (1 byte per pixel) stay in host memory while it is evicted.
+Points stream to disk per reference view (io/fused_ply.py), so their number is bounded by disk.
+
+Outputs: OUT/fused.ply (float32 xyz, normals, uchar rgb, uchar support), OUT/fused.ply.vis
+(COLMAP's visibility format, io/vis_file.py) and OUT/stereo/fusion.json (counts, settings); the
+stage is skipped when all three exist, the recorded settings equal the current ones and no map
+is newer than fused.ply, unless overwrite is set (so `--stages fusion` after a new depth run or
+with new thresholds fuses again).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import MVSError
+from ..io.atomic import atomic_write_text
+from ..io.fused_ply import FusedCloudWriter
+from ..io.vis_file import colmap_image_indices, visibility_records
+from ..scene.scene import Scene
+from ..views.selection import ViewSelection
+from .cpu import MAX_NEIGHBORS, SlabPool, camera_block, fuse_slots
+from .inputs import HostView, ViewInputs, find_inputs, load_view
+from .params import FusionConfig
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_PIXEL = 4 + 12 + 3 + 1  # resident depth, normal, colour, blocked
+OUTPUT_BYTES_PER_PIXEL = 12 + 12 + 3 + 1 + 4  # per-pixel kernel outputs (GPU)
+MAX_LOAD_THREADS = 8
+PREFETCH_VIEWS = 2 * MAX_LOAD_THREADS  # views loaded ahead (host memory)
+WRITE_QUEUE = 4  # fused chunks waiting for the writer thread
+
+
+@dataclass
+class FusedChunk:
+    """The points one reference view emitted, in pixel order."""
+    view_idx: int
+    neighbors: list[int]  # view_idx of neighbour k (bit k of `vis`)
+    pixel: np.ndarray  # [P] int64, row * width + col of the reference pixel
+    xyz: np.ndarray  # [P, 3] float32, world
+    normal: np.ndarray  # [P, 3] float32, world, unit
+    color: np.ndarray  # [P, 3] uint8
+    support: np.ndarray  # [P] uint8, views in the point (reference included)
+    vis: np.ndarray  # [P] uint32, bit k = neighbour k agreed
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends: the same four operations on host (numpy/numba) or device (cupy) arrays
+# ---------------------------------------------------------------------------------------------
+
+class _CpuEngine:
+    """Resident views live in slots of one SlabPool (see cpu/fusion.py); an entry is a slot number."""
+    name = "cpu"
+
+    def __init__(self):
+        self.peak_bytes = 0
+        self.pool: SlabPool | None = None
+        self.free: list[int] = []
+
+    def budget_bytes(self) -> int:
+        return int(0.5 * _available_host_memory())
+
+    def open(self, capacity: int, max_pixels: int) -> None:
+        self.pool = SlabPool(capacity, max_pixels)
+        self.free = list(range(capacity - 1, -1, -1))
+
+    def upload(self, host: HostView, blocked: np.ndarray) -> int:
+        slot = self.free.pop()
+        self.pool.put(slot, host.depth, host.normal, host.color, blocked)
+        return slot
+
+    def evict(self, slot: int, keep_marks: bool) -> np.ndarray | None:
+        marks = self.pool.blocked_view(slot).copy() if keep_marks else None
+        self.free.append(slot)
+        return marks
+
+    def fuse(self, ref: int, nbs: list[int], cams: np.ndarray, cfg: FusionConfig) -> dict:
+        out = fuse_slots(self.pool, ref, nbs, cams, **_thresholds(cfg))
+        idx = np.flatnonzero(out["support"])
+        return {"pixel": idx, "xyz": out["xyz"][idx].astype(np.float32), "normal": out["normal"][idx].astype(np.float32),
+                "color": out["color"][idx], "support": out["support"][idx], "vis": out["vis"][idx]}
+
+
+class _CudaEngine:
+    """Resident views are dicts of cupy arrays (the kernel takes a table of device pointers)."""
+    name = "cuda"
+
+    def __init__(self):
+        from ..gpu.loader import import_cupy  # noqa: PLC0415
+
+        self.cp = import_cupy()
+        self.pool = self.cp.get_default_memory_pool()
+        self.peak_bytes = 0
+        self._out: dict | None = None
+
+    def budget_bytes(self) -> int:
+        free, _ = self.cp.cuda.Device().mem_info
+        return int(0.5 * (free + self.pool.free_bytes()))
+
+    def open(self, capacity: int, max_pixels: int) -> None:
+        pass
+
+    def upload(self, host: HostView, blocked: np.ndarray) -> dict:
+        cp = self.cp
+        entry = {"depth": cp.asarray(host.depth), "normal": cp.asarray(host.normal), "color": cp.asarray(host.color),
+                 "blocked": cp.asarray(blocked)}
+        self._track()
+        return entry
+
+    def evict(self, entry: dict, keep_marks: bool) -> np.ndarray | None:
+        return entry["blocked"].get() if keep_marks else None
+
+    def fuse(self, ref: dict, nbs: list[dict], cams: np.ndarray, cfg: FusionConfig) -> dict:
+        from .cuda import fuse_reference_cuda  # noqa: PLC0415
+
+        cp = self.cp
+        out = fuse_reference_cuda(ref, nbs, cams, out=self._out, **_thresholds(cfg))
+        self._out = out
+        self._track()
+        idx = cp.flatnonzero(out["support"])
+        return {"pixel": idx.get().astype(np.int64), **{k: out[k][idx].get() for k in
+                                                         ("xyz", "normal", "color", "support", "vis")}}
+
+    def _track(self) -> None:
+        self.peak_bytes = max(self.peak_bytes, int(self.pool.used_bytes()))
+
+
+def _thresholds(cfg: FusionConfig) -> dict:
+    return {"max_reproj_error": cfg.max_reproj_error, "max_depth_diff": cfg.max_depth_diff,
+            "max_normal_angle": cfg.max_normal_angle, "min_consistent": cfg.min_consistent,
+            "median": cfg.aggregate == "median"}
+
+
+def _available_host_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def make_engine(backend: str):
+    if backend == "cuda":
+        return _CudaEngine()
+    if backend == "cpu":
+        return _CpuEngine()
+    raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# View cache: farthest-next-use eviction, loads ahead in a thread pool
+# ---------------------------------------------------------------------------------------------
+
+class _ViewCache:
+    def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
+                 prefetch: int, stats: dict):
+        self.engine = engine
+        self.inputs = inputs
+        self.plan = plan
+        self.capacity = capacity
+        self.prefetch = prefetch
+        self.stats = stats
+        self.uses: dict[int, list[int]] = {}
+        for step, views in enumerate(plan):
+            for v in views:
+                self.uses.setdefault(v, []).append(step)
+        self.resident: dict[int, object] = {}  # view_idx -> engine entry (cupy arrays or a slot number)
+        self.blocked_store: dict[int, np.ndarray] = {}  # marks of evicted views
+        self.pending: dict[int, Future] = {}
+        self.loaded_once: set[int] = set()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_LOAD_THREADS, os.cpu_count() or 1)))
+
+    def close(self) -> None:
+        for fut in self.pending.values():
+            fut.cancel()
+        self.pool.shutdown(wait=True)
+
+    def _next_use(self, v: int, step: int) -> float:
+        steps = self.uses.get(v, [])
+        i = bisect.bisect_left(steps, step)
+        return steps[i] if i < len(steps) else float("inf")
+
+    def _submit(self, v: int) -> None:
+        self.pending[v] = self.pool.submit(load_view, self.inputs[v])
+
+    def acquire(self, step: int) -> dict[int, object]:
+        """Make the views of plan[step] resident; start loading the next steps' views."""
+        needed = self.plan[step]
+        for v in needed:
+            if v not in self.resident and v not in self.pending:
+                self._submit(v)
+        for v in needed:
+            if v in self.resident:
+                continue
+            host: HostView = self.pending.pop(v).result()
+            while len(self.resident) >= self.capacity:
+                self._evict(step, keep=needed)
+            blocked = self.blocked_store.pop(v, None)
+            if blocked is None:
+                blocked = host.blocked
+            if v not in self.loaded_once:
+                self.loaded_once.add(v)
+                self.stats["valid_pixels"] += host.valid_pixels
+                self.stats["masked_pixels"] += host.masked_pixels
+            else:
+                self.stats["reloads"] += 1
+            self.resident[v] = self.engine.upload(host, blocked)
+        self._prefetch(step)
+        return {v: self.resident[v] for v in needed}
+
+    def _evict(self, step: int, keep: list[int]) -> None:
+        candidates = [v for v in self.resident if v not in keep]
+        if not candidates:
+            raise RuntimeError("view cache too small for one reference view and its neighbours")
+        victim = max(candidates, key=lambda v: (self._next_use(v, step), v))
+        entry = self.resident.pop(victim)
+        marks = self.engine.evict(entry, keep_marks=self._next_use(victim, step) != float("inf"))
+        if marks is not None:
+            self.blocked_store[victim] = marks
+
+    def _prefetch(self, step: int) -> None:
+        """Start loading the views of the next steps that are neither resident nor loading,
+        nearest step first, with at most `prefetch` loads in flight or waiting."""
+        for s in range(step + 1, len(self.plan)):
+            if len(self.pending) >= self.prefetch:
+                return
+            for v in self.plan[s]:
+                if v not in self.resident and v not in self.pending and len(self.pending) < self.prefetch:
+                    self._submit(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fusion loop and the stage
+# ---------------------------------------------------------------------------------------------
+
+def plan_references(inputs: list[ViewInputs | None], selection: ViewSelection,
+                    min_consistent: int) -> tuple[list[int], dict[int, list[int]]]:
+    """Reference views in view_idx order and their usable neighbours (views with maps, <= 32)."""
+    refs, nbrs, too_few = [], {}, []
+    for r, inp in enumerate(inputs):
+        if inp is None:
+            continue
+        seen, usable = {r}, []
+        for j in selection.neighbors[r]:
+            if 0 <= j < len(inputs) and inputs[j] is not None and j not in seen:
+                seen.add(j)
+                usable.append(j)
+        if len(usable) > MAX_NEIGHBORS:
+            log.warning("fusion: view %d has %d neighbours; using the best %d", r, len(usable), MAX_NEIGHBORS)
+            usable = usable[:MAX_NEIGHBORS]
+        if len(usable) < min_consistent:
+            too_few.append(inp.name)
+            continue
+        refs.append(r)
+        nbrs[r] = usable
+    if too_few:
+        log.warning("fusion: %d view(s) have fewer than min_consistent=%d neighbours with maps and are not used as "
+                    "reference views (they still support others): %s", len(too_few), min_consistent,
+                    ", ".join(too_few[:5]) + (" ..." if len(too_few) > 5 else ""))
+    return refs, nbrs
+
+
+def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: list[list[int]]) -> int:
+    need = max(len(p) for p in plan)
+    n_views = len({v for p in plan for v in p})
+    if cfg.cache_views is not None:
+        if cfg.cache_views < need:
+            log.warning("fusion.cache_views=%d is below the %d views one reference needs; using %d",
+                        cfg.cache_views, need, need)
+        return max(cfg.cache_views, need)
+    per_view = max(inp.width * inp.height for inp in inputs if inp is not None) * BYTES_PER_PIXEL
+    budget = engine.budget_bytes()
+    if engine.name == "cpu":  # loads in flight share host memory with the resident views
+        budget -= PREFETCH_VIEWS * per_view
+    fit = max(0, budget) // per_view
+    if fit < need:
+        log.warning("fusion: about %d views fit in half the free %s memory but one reference needs %d; trying %d",
+                    fit, engine.name, need, need)
+    return int(min(n_views, max(need, fit)))
+
+
+def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
+                progress: bool = True, stats: dict | None = None) -> Iterator[FusedChunk]:
+    """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
+    stats = {} if stats is None else stats
+    stats.update(valid_pixels=0, masked_pixels=0, reloads=0, points=0)
+    if len(selection.neighbors) != scene.num_views:
+        raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
+                       f"rerun the views stage with --overwrite")
+    inputs, map_type = find_inputs(scene, stereo_dir, cfg.map_type, cfg.mask_dir)
+    stats["map_type"] = map_type
+    stats["views_with_maps"] = sum(inp is not None for inp in inputs)
+    if stats["views_with_maps"] == 0:
+        raise MVSError(f"{Path(stereo_dir) / 'depth_maps'}: no {map_type} depth maps to fuse; run the depth stage first")
+    refs, nbrs = plan_references(inputs, selection, cfg.min_consistent)
+    stats["reference_views"] = len(refs)
+    if not refs:
+        log.warning("fusion: no view has enough neighbours with maps; the cloud is empty")
+        return
+    plan = [[r, *nbrs[r]] for r in refs]
+    engine = make_engine(backend)
+    capacity = _capacity(cfg, engine, inputs, plan)
+    stats["cache_views"] = capacity
+    cams = {v: camera_block(view.K, view.R, view.t) for v, view in enumerate(scene.views)}
+    log.info("fusion: %d reference views, %s maps, backend %s, cache %d views", len(refs), map_type,
+             engine.name, capacity)
+    engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
+    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats)
+    try:
+        for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
+            views = cache.acquire(step)
+            cam_stack = np.stack([cams[v] for v in plan[step]])
+            out = engine.fuse(views[r], [views[j] for j in nbrs[r]], cam_stack, cfg)
+            stats["points"] += len(out["pixel"])
+            yield FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
+    finally:
+        cache.close()
+        stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
+
+
+def _newest_map_mtime(stereo_dir: Path) -> int:
+    newest = 0
+    for kind in ("depth_maps", "normal_maps"):
+        for path in (stereo_dir / kind).rglob("*.bin"):
+            newest = max(newest, path.stat().st_mtime_ns)
+    return newest
+
+
+def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,
+                    overwrite: bool = False, progress: bool = True) -> dict:
+    """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done)."""
+    out_dir = Path(out_dir)
+    ply_path, vis_path = out_dir / "fused.ply", out_dir / "fused.ply.vis"
+    record_path = out_dir / "stereo" / "fusion.json"
+    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored in fusion.json (tuples -> lists)
+    if not overwrite and ply_path.is_file() and vis_path.is_file() and record_path.is_file():
+        try:
+            previous = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            previous = {}
+        newer = _newest_map_mtime(out_dir / "stereo") > ply_path.stat().st_mtime_ns
+        if previous.get("config") == settings and "counts" in previous and not newer:
+            log.info("fusion: %s exists with these settings; skipping (use --overwrite to redo)", ply_path)
+            return previous["counts"]
+        log.info("fusion: %s is older than the maps or was made with other settings; fusing again", ply_path)
+    t0 = time.perf_counter()
+    colmap_idx = colmap_image_indices([v.image_id for v in scene.views])
+    stats: dict = {}
+
+    def write(writer: FusedCloudWriter, chunk: FusedChunk) -> None:
+        words = visibility_records(int(colmap_idx[chunk.view_idx]), colmap_idx[chunk.neighbors], chunk.vis)
+        writer.append(chunk.xyz, chunk.normal, chunk.color, chunk.support, words)
+
+    # Packing and writing run in one background thread (in chunk order) while the next view fuses;
+    # at most WRITE_QUEUE chunks wait, which bounds the memory they hold.
+    with FusedCloudWriter(ply_path, vis_path) as writer, ThreadPoolExecutor(max_workers=1) as io_pool:
+        pending: list[Future] = []
+        try:
+            for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats):
+                pending.append(io_pool.submit(write, writer, chunk))
+                while len(pending) > WRITE_QUEUE or (pending and pending[0].done()):
+                    pending.pop(0).result()  # re-raises a write error here
+            for fut in pending:
+                fut.result()
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+        writer.finish()
+    counts = {"views": scene.num_views, **stats, "seconds": round(time.perf_counter() - t0, 3)}
+    record = {"counts": counts, "backend": backend, "config": settings,
+              "outputs": {"ply": ply_path.name, "vis": vis_path.name}}
+    atomic_write_text(record_path, json.dumps(record, indent=1))
+    log.info("fusion: %d points from %d reference views -> %s", counts["points"], counts.get("reference_views", 0),
+             ply_path)
+    return counts
+
+
+def run(ctx) -> None:
+    """The pipeline's `fusion` stage: `ctx` is pipeline.RunContext."""
+    counts = fuse_depth_maps(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
+                             overwrite=ctx.overwrite, progress=ctx.progress)
+    ctx.counts["fusion_views"] = counts.get("reference_views", 0)
+    ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
+    ctx.counts["fused_points"] = counts.get("points", 0)
+    if counts.get("gpu_peak_bytes") is not None:
+        ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]

@@ -1,0 +1,37 @@
+"""The `sampling` stage's parameters (`sampling/stage.py`): FPS of the fused cloud, optional DSM.
+
+Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
+with the same default (tests/config keeps the two in step). `None` means "auto".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    # The `sampling` stage (stage.py): exact FPS of OUT/fused.ply into OUT/fused_fps.ply, optional DSM.
+    num_samples: int | None = field(default=None, metadata=meta(
+        "points kept by farthest point sampling (null = ratio * fused points; more than there are keeps all)",
+        "points", (1, 2**31 - 1)))
+    ratio: float = field(default=0.1, metadata=meta(
+        "fraction of the (pooled) fused points kept when num_samples is null", "fraction", (1e-6, 1.0)))
+    start_index: int = field(default=0, metadata=meta(
+        "index of the first sample in the (pooled) fused cloud", "index", (0, 2**31 - 1)))
+    pre_pool_voxel_size: float | None = field(default=None, metadata=meta(
+        "average the fused cloud per voxel of this edge before FPS (null = no pooling)", "m", (1e-6, 1e3)))
+    transfer_attributes: bool = field(default=True, metadata=meta(
+        "samples carry the fused normals, colours and extra channels (copied; after pooling interpolated from "
+        "the 3 nearest fused points); false = coordinates only"))
+    dsm: bool = field(default=False, metadata=meta(
+        "also rasterise the fused cloud top-down: dsm.tif + dsm.json, ortho.png, dsm_hillshade.png"))
+    dsm_cell_size: float | None = field(default=None, metadata=meta(
+        "DSM/orthophoto cell edge (null = about 4 fused points per cell)", "m", (1e-6, 1e4)))
+    dsm_reduce: Literal["max", "mean"] = field(default="max", metadata=meta(
+        "DSM value per cell: height of the highest point, or the mean height"))
+    dsm_up_axis: Literal["z", "-z", "y", "-y", "x", "-x"] = field(default="z", metadata=meta(
+        "world axis pointing up for the DSM (a COLMAP model that is not geo-registered is often -y up)"))

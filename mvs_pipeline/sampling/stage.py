@@ -1,0 +1,140 @@
+"""The `sampling` stage: exact farthest point sampling of the fused cloud, optional DSM.
+
+Inputs: OUT/fused.ply. Outputs (settings in `SamplingConfig`):
+    OUT/fused_fps.ply          the samples in selection order, same PLY layout as fused.ply
+                               (xyz, normals, colours, extra channels such as `support`) when
+                               transfer_attributes is on, xyz only otherwise
+    OUT/fused_fps_indices.npy  [M] int64 indices of the samples in fused.ply (without pooling)
+    OUT/dsm.tif, dsm.json, ortho.png, dsm_hillshade.png   with dsm: true (points/dsm.py)
+
+Steps: optional voxel pre-pooling (mean position/normal/colour per voxel, points/voxel_pool.py),
+FPS (points/fps.py) of num_samples points (or ratio * points; more than the cloud has keeps all of
+them, with a warning), attribute transfer (copies from fused.ply, or after pooling an
+inverse-distance interpolation from the 3 nearest fused points, points/three_nn.py). The DSM
+rasterises the full fused cloud. Each part is skipped when its outputs exist, unless
+`overwrite`; every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MVSError
+from ..io.atomic import atomic_path
+from ..io.ply import PointCloud, read_ply, write_ply
+from .params import SamplingConfig
+
+log = logging.getLogger(__name__)
+
+SAMPLES_NAME = "fused_fps.ply"
+INDICES_NAME = "fused_fps_indices.npy"
+DSM_NAMES = {"dsm": "dsm.tif", "dsm_json": "dsm.json", "ortho": "ortho.png", "hillshade": "dsm_hillshade.png"}
+
+
+def output_paths(cfg: SamplingConfig, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"samples": out_dir / SAMPLES_NAME}
+    if cfg.pre_pool_voxel_size is None:
+        paths["indices"] = out_dir / INDICES_NAME
+    if cfg.dsm:
+        paths.update({k: out_dir / v for k, v in DSM_NAMES.items()})
+    return paths
+
+
+def resolve_num_samples(cfg: SamplingConfig, num_points: int) -> int:
+    """The number of samples for a cloud of `num_points` (at least 1, at most num_points)."""
+    wanted = cfg.num_samples if cfg.num_samples is not None else max(1, int(round(cfg.ratio * num_points)))
+    if wanted > num_points:
+        log.warning("sampling.num_samples = %d exceeds the %d points of the cloud; keeping all of them (FPS order)",
+                    wanted, num_points)
+        return num_points
+    return wanted
+
+
+def subset(cloud: PointCloud, indices: np.ndarray) -> PointCloud:
+    return PointCloud(xyz=cloud.xyz[indices],
+                      normals=None if cloud.normals is None else cloud.normals[indices],
+                      colors=None if cloud.colors is None else cloud.colors[indices],
+                      extra={k: np.asarray(v)[indices] for k, v in cloud.extra.items()})
+
+
+def _sample(cfg: SamplingConfig, cloud: PointCloud, backend: str) -> tuple[PointCloud, np.ndarray | None, dict]:
+    from .points.fps.ops import farthest_point_sampling  # noqa: PLC0415 (numba import only when sampling)
+
+    info: dict = {"input_points": len(cloud)}
+    source = cloud
+    if cfg.pre_pool_voxel_size is not None:
+        from .points.voxel_pool.ops import voxel_downsample  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        source = voxel_downsample(cloud, cfg.pre_pool_voxel_size, backend=backend)
+        info.update(pooled_points=len(source), pooling_seconds=time.perf_counter() - t0)
+    m = resolve_num_samples(cfg, len(source))
+    if cfg.start_index >= len(source):
+        raise MVSError(f"sampling.start_index = {cfg.start_index} is out of range for {len(source)} points")
+    t0 = time.perf_counter()
+    indices = farthest_point_sampling(source.xyz, m, cfg.start_index, backend=backend)
+    info.update(num_samples=m, fps_seconds=time.perf_counter() - t0)
+    if not cfg.transfer_attributes:
+        return PointCloud(xyz=source.xyz[indices]), (indices if source is cloud else None), info
+    if source is cloud:
+        return subset(cloud, indices), indices, info
+    from .points.three_nn.ops import interpolate_attributes  # noqa: PLC0415
+
+    sampled = interpolate_attributes(cloud, source.xyz[indices], backend=backend)
+    sampled.extra["voxel_count"] = source.extra["voxel_count"][indices]
+    return sampled, None, info
+
+
+def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = False,
+                       backend: str | None = None) -> dict[str, Path]:
+    """Run the stage. `cfg` is a SamplingConfig (or a PipelineConfig, whose `sampling` section and
+    `backend` are used). Returns the output paths by name."""
+    if hasattr(cfg, "sampling"):
+        backend = backend or cfg.backend
+        cfg = cfg.sampling
+    backend = backend or "auto"
+    fused_ply, out_dir = Path(fused_ply), Path(out_dir)
+    paths = output_paths(cfg, out_dir)
+    sample_keys = [k for k in ("samples", "indices") if k in paths]
+    dsm_keys = [k for k in DSM_NAMES if k in paths]
+    do_samples = overwrite or not all(paths[k].exists() for k in sample_keys)
+    do_dsm = bool(dsm_keys) and (overwrite or not all(paths[k].exists() for k in ("dsm", "dsm_json")))
+    if not (do_samples or do_dsm):
+        log.info("sampling: outputs exist in %s, skipping", out_dir)
+        return {k: p for k, p in paths.items() if p.exists()}
+    if backend == "auto":
+        from ..gpu.backend import resolve_backend  # noqa: PLC0415
+
+        # Warn about a missing GPU once, not in every step; `auto` stays so that a cloud too big
+        # for the GPU still falls back to the CPU instead of failing.
+        backend = "cpu" if resolve_backend("auto") == "cpu" else "auto"
+    cloud = read_ply(fused_ply)
+    if len(cloud) == 0:
+        raise MVSError(f"{fused_ply}: the fused cloud has no points; nothing to sample")
+    if do_samples:
+        sampled, indices, info = _sample(cfg, cloud, backend)
+        write_ply(paths["samples"], sampled)
+        if "indices" in paths and indices is not None:
+            with atomic_path(paths["indices"]) as tmp:
+                np.save(tmp, np.asarray(indices, dtype=np.int64))
+        log.info("sampling: %d of %d points -> %s (FPS %.2f s)", info["num_samples"],
+                 info.get("pooled_points", info["input_points"]), paths["samples"], info["fps_seconds"])
+    if do_dsm:
+        from .points.dsm import compute_dsm, write_dsm  # noqa: PLC0415
+
+        raster = compute_dsm(cloud.xyz, cloud.colors, cfg.dsm_cell_size, cfg.dsm_up_axis, cfg.dsm_reduce,
+                             backend=backend)
+        write_dsm(raster, paths["dsm"], paths["dsm_json"], paths["ortho"], paths["hillshade"])
+        log.info("sampling: DSM %d x %d cells of %.4g m -> %s", raster.height.shape[1], raster.height.shape[0],
+                 raster.cell_size, paths["dsm"])
+    return {k: p for k, p in paths.items() if p.exists()}  # no ortho.png without colours
+
+
+def run(ctx) -> None:
+    """The pipeline's `sampling` stage: `ctx` is pipeline.RunContext."""
+    sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite, backend=ctx.backend)

@@ -1,0 +1,139 @@
+"""View selection: source (neighbour) views and a depth range for every reference view.
+
+Pair score (MVSNet/ACMM-style, like COLMAP's `__auto__` but angle-aware): every sparse point
+seen by both views adds G(theta), theta its triangulation angle,
+    G = exp(-(theta - theta0)^2 / (2 sigma_below^2))  for theta <= theta0
+    G = exp(-(theta - theta0)^2 / (2 sigma_above^2))  for theta >  theta0
+so near-zero baselines count little. Pairs with fewer than `min_shared_points` shared points or
+whose 75th-percentile angle is below `min_triangulation_angle` are dropped; the top K remain.
+
+Depth range: percentiles of the z-depths of the sparse points a view sees, widened by a
+relative margins to [low / (1 + m_near), high * (1 + m_far)]. Views with too few points borrow the union of their neighbours' ranges.
+
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import MVSError
+from ..scene.scene import Scene
+from .params import ViewsConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ViewSelection:
+    neighbors: list[list[int]]  # per view_idx: source view_idx, best first
+    scores: list[list[float]]  # matching pair scores
+    depth_ranges: np.ndarray  # [N, 2] float64 (min, max) z-depth in metres
+
+    def to_json(self, scene: Scene) -> dict:
+        return {"views": [
+            {"view_idx": i, "image_id": v.image_id, "name": v.name,
+             "neighbors": self.neighbors[i], "neighbor_names": [scene.views[j].name for j in self.neighbors[i]],
+             "scores": [round(s, 6) for s in self.scores[i]],
+             "depth_range": [float(self.depth_ranges[i, 0]), float(self.depth_ranges[i, 1])]}
+            for i, v in enumerate(scene.views)]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ViewSelection":
+        views = data["views"]
+        return cls([v["neighbors"] for v in views], [v["scores"] for v in views],
+                   np.array([v["depth_range"] for v in views], dtype=np.float64).reshape(-1, 2))
+
+
+def pair_observations(scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (view a, view b, triangulation angle in degrees) for a != b seeing the same point.
+
+    Tracks are grouped by length so each group is one [n, L, L] broadcast instead of a loop.
+    """
+    centers = np.stack([v.center for v in scene.views])  # [N, 3]
+    lengths = scene.track_lengths
+    a_all, b_all, ang_all = [], [], []
+    for L in np.unique(lengths):
+        if L < 2:
+            continue
+        pts = np.flatnonzero(lengths == L)
+        idx = scene.track_offsets[pts][:, None] + np.arange(L)[None, :]
+        vis = scene.track_view_idx[idx]  # [n, L]
+        rays = centers[vis] - scene.points_in_world[pts][:, None, :]  # [n, L, 3]
+        rays /= np.linalg.norm(rays, axis=2, keepdims=True)
+        cosang = np.clip(np.einsum("nid,njd->nij", rays, rays), -1.0, 1.0)
+        ii, jj = np.nonzero(~np.eye(L, dtype=bool))
+        a_all.append(vis[:, ii].ravel())
+        b_all.append(vis[:, jj].ravel())
+        ang_all.append(np.degrees(np.arccos(cosang[:, ii, jj])).ravel())
+    if not a_all:
+        empty = np.zeros(0)
+        return empty.astype(np.int64), empty.astype(np.int64), empty
+    return np.concatenate(a_all).astype(np.int64), np.concatenate(b_all).astype(np.int64), np.concatenate(ang_all)
+
+
+def angle_weight(theta: np.ndarray, cfg: ViewsConfig) -> np.ndarray:
+    sigma = np.where(theta <= cfg.angle_prior, cfg.sigma_below_prior, cfg.sigma_above_prior)
+    return np.exp(-((theta - cfg.angle_prior) ** 2) / (2.0 * sigma**2))
+
+
+def select_neighbors(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
+    n = scene.num_views
+    a, b, theta = pair_observations(scene)
+    key = a * n + b
+    order = np.lexsort((theta, key))
+    key, theta_sorted = key[order], theta[order]
+    uniq, start, count = np.unique(key, return_index=True, return_counts=True)
+    weights = angle_weight(theta_sorted, cfg)
+    score = np.add.reduceat(weights, start) if len(start) else np.zeros(0)
+    p75 = theta_sorted[start + np.floor(0.75 * (count - 1)).astype(np.int64)] if len(start) else np.zeros(0)
+    ok = (count >= cfg.min_shared_points) & (p75 >= cfg.min_triangulation_angle)
+    neighbors: list[list[int]] = [[] for _ in range(n)]
+    scores: list[list[float]] = [[] for _ in range(n)]
+    for k in np.flatnonzero(ok):
+        ref, src = divmod(int(uniq[k]), n)
+        neighbors[ref].append(src)
+        scores[ref].append(float(score[k]))
+    for ref in range(n):
+        rank = sorted(range(len(neighbors[ref])), key=lambda i: (-scores[ref][i], neighbors[ref][i]))
+        rank = rank[: cfg.num_neighbors]
+        neighbors[ref] = [neighbors[ref][i] for i in rank]
+        scores[ref] = [scores[ref][i] for i in rank]
+    return neighbors, scores
+
+
+def depth_ranges(scene: Scene, neighbors: list[list[int]], cfg: ViewsConfig) -> np.ndarray:
+    n = scene.num_views
+    obs_point = np.repeat(np.arange(len(scene.points_in_world)), scene.track_lengths)
+    ranges = np.full((n, 2), np.nan)
+    weak = []
+    lo_pct, hi_pct = cfg.depth_percentiles
+    for i, view in enumerate(scene.views):
+        pts = scene.points_in_world[obs_point[scene.track_view_idx == i]]
+        z = view.world_to_cam(pts)[:, 2] if len(pts) else np.zeros(0)
+        z = z[z > 0]
+        if len(z) < cfg.min_points_for_range:
+            weak.append(i)
+            continue
+        lo, hi = np.percentile(z, [lo_pct, hi_pct])
+        ranges[i] = (lo / (1.0 + cfg.depth_margin_near), hi * (1.0 + cfg.depth_margin_far))
+    for i in weak:
+        borrowed = ranges[[j for j in neighbors[i] if not np.isnan(ranges[j, 0])]]
+        name = scene.views[i].name
+        if len(borrowed) == 0:
+            raise MVSError(f"image '{name}': sees too few sparse points for a depth range and no neighbour has one")
+        ranges[i] = (borrowed[:, 0].min(), borrowed[:, 1].max())
+        log.warning("image '%s' sees fewer than %d sparse points; depth range %.3g..%.3g m taken from its neighbours",
+                    name, cfg.min_points_for_range, *ranges[i])
+    return ranges
+
+
+def select_views(scene: Scene, cfg: ViewsConfig) -> ViewSelection:
+    neighbors, scores = select_neighbors(scene, cfg)
+    lonely = [scene.views[i].name for i in range(scene.num_views) if not neighbors[i]]
+    if lonely:
+        log.warning("%d view(s) have no usable source view and will get no depth map: %s",
+                    len(lonely), ", ".join(lonely[:5]) + (" ..." if len(lonely) > 5 else ""))
+    return ViewSelection(neighbors, scores, depth_ranges(scene, neighbors, cfg))

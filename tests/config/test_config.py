@@ -1,0 +1,104 @@
+"""Config loading: defaults in step with the YAML, validation errors, overrides, presets."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from mvs_pipeline.config.loader import config_to_dict, dump_config, iter_fields, load_config
+from mvs_pipeline.config.schema import PipelineConfig
+from mvs_pipeline.errors import ConfigError
+from mvs_pipeline.paths import CONFIG_DIR
+
+
+def test_default_yaml_matches_dataclass_defaults():
+    from_yaml = config_to_dict(load_config("default"))
+    assert from_yaml == config_to_dict(PipelineConfig())
+
+
+def test_every_field_documented_in_default_yaml_with_comment():
+    lines = (CONFIG_DIR / "default.yaml").read_text().splitlines()
+    for dotted, f, _ in iter_fields(PipelineConfig):
+        leaf = dotted.split(".")[-1]
+        hits = [ln for ln in lines if re.match(rf"\s*{leaf}:", ln)]
+        assert hits, f"{dotted} missing from default.yaml"
+        assert all("#" in ln for ln in hits), f"{dotted} lacks a comment in default.yaml"
+        assert f.metadata.get("help"), f"{dotted} lacks help metadata"
+
+
+@pytest.mark.parametrize("preset", ["default", "fast", "quality", "eth3d"])
+def test_presets_load(preset):
+    cfg = load_config(preset)
+    assert isinstance(cfg, PipelineConfig)
+
+
+def test_preset_extends_inherits_and_overrides():
+    fast = load_config("fast")
+    assert fast.max_image_size == 1000 and fast.views.num_neighbors == 6
+    assert fast.views.depth_margin_far == PipelineConfig().views.depth_margin_far  # inherited
+
+
+def test_overrides_use_yaml_scalars():
+    cfg = load_config(None, ["backend=cpu", "max_image_size=640", "views.depth_percentiles=[2, 98]",
+                             "views.depth_margin_far=1"])
+    assert cfg.backend == "cpu" and cfg.max_image_size == 640
+    assert cfg.views.depth_percentiles == (2.0, 98.0)
+    assert cfg.views.depth_margin_far == 1.0 and isinstance(cfg.views.depth_margin_far, float)
+
+
+def test_override_null_means_auto():
+    assert load_config("fast", ["max_image_size=null"]).max_image_size is None
+
+
+def test_all_problems_reported_at_once_with_key_value_and_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backend: gpu\nviews:\n  num_neighbors: 99\n  num_neighbours: 3\n  depth_margin_near: lots\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    msg = str(info.value)
+    assert "4 problem(s)" in msg
+    assert f"{bad}: 'backend' = 'gpu'" in msg
+    assert "'views.num_neighbors' = 99 is out of range [1, 32]" in msg
+    assert "unknown key 'views.num_neighbours'" in msg
+    assert "'views.depth_margin_near' = 'lots' has the wrong type, expected float" in msg
+
+
+def test_bool_is_not_an_int_and_sections_must_be_mappings(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: true\nviews: 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert "'seed' = True has the wrong type" in str(info.value)
+    assert "'views' must be a mapping" in str(info.value)
+
+
+def test_override_errors_name_the_override():
+    with pytest.raises(ConfigError, match=r"--set views.nope=1: unknown key 'views.nope'"):
+        load_config(None, ["views.nope=1"])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        load_config(None, ["views.num_neighbors"])
+
+
+def test_cross_field_check():
+    with pytest.raises(ConfigError, match="depth_percentiles must be two increasing numbers"):
+        load_config(None, ["views.depth_percentiles=[99, 1]"])
+
+
+def test_extends_cycle_and_missing_preset(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("extends: b.yaml\n")
+    b.write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(a)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("no_such_preset")
+
+
+def test_resolved_dump_round_trips(tmp_path):
+    cfg = load_config("quality", ["seed=7"])
+    path = tmp_path / "resolved.yaml"
+    path.write_text(dump_config(cfg))
+    assert load_config(path) == cfg
+    assert yaml.safe_load(path.read_text())["seed"] == 7

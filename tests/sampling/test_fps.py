@@ -1,0 +1,348 @@
+"""Exact farthest point sampling: reference, Numba twins, CUDA kernels and the public API."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from mvs_pipeline.errors import BackendUnavailable, MVSError
+from mvs_pipeline.sampling.points import validate
+from mvs_pipeline.sampling.points.fps.cpu import fps_plain, fps_reference, fps_tree
+from mvs_pipeline.sampling.points.fps.ops import farthest_point_sampling, farthest_point_sampling_batch
+
+# ---------------------------------------------------------------------------------------------
+# Test clouds
+# ---------------------------------------------------------------------------------------------
+
+def random_cloud(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((n, 3)).astype(np.float32) * 4 - 2
+
+
+def sphere_cloud(n: int, seed: int = 0) -> np.ndarray:
+    """Surface-like: points on a sphere plus a plane under it."""
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=(n, 3))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    plane = np.c_[rng.uniform(-3, 3, n // 3), rng.uniform(-3, 3, n // 3), np.full(n // 3, -1.5)]
+    return np.concatenate([v[: n - n // 3], plane]).astype(np.float32)
+
+
+def duplicate_cloud(n: int, seed: int = 0) -> np.ndarray:
+    """Few distinct positions on an integer lattice, each repeated many times: exact ties everywhere."""
+    return np.random.default_rng(seed).integers(0, 5, size=(n, 3)).astype(np.float32)
+
+
+def grid_plane(side: int) -> np.ndarray:
+    """A regular planar grid: many exactly equal distances, so the tie rule decides."""
+    u, v = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
+    return np.c_[u.ravel(), v.ravel(), np.zeros(side * side)].astype(np.float32) * np.float32(0.1)
+
+
+CLOUDS = {
+    "random": random_cloud(3000, 1),
+    "sphere": sphere_cloud(3000, 2),
+    "duplicates": duplicate_cloud(2000, 3),
+    "grid": grid_plane(40),
+}
+
+
+def brute_force_d2(xyz: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Independent check of the selection distances: d2[k] = max_i min_{j<k} |p_i - p_sel_j|^2 (float64)."""
+    p = xyz.astype(np.float64)
+    mind = np.full(len(p), np.inf)
+    out = [np.inf]
+    for k in range(1, len(indices)):
+        mind = np.minimum(mind, ((p - p[indices[k - 1]]) ** 2).sum(1))
+        out.append(mind.max())
+    return np.array(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU: reference properties and twins
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CLOUDS))
+def test_reference_is_greedy_farthest(name):
+    xyz = CLOUDS[name]
+    m = 300
+    idx, d2 = fps_reference(xyz, m, start=7)
+    assert idx[0] == 7 and np.isinf(d2[0])
+    assert len(set(idx.tolist())) == m  # distinct even with duplicates
+    assert np.all(np.diff(d2[1:]) <= 0)  # covering radius never grows
+    ref = brute_force_d2(xyz, idx)
+    np.testing.assert_allclose(d2[1:], ref[1:], rtol=1e-5, atol=1e-6)
+    # The pick is the lowest index among the points at the maximal distance.
+    mind = np.full(len(xyz), np.inf, dtype=np.float32)
+    selected = np.zeros(len(xyz), dtype=bool)
+    for k in range(1, 40):
+        dx = xyz - xyz[idx[k - 1]]
+        mind = np.minimum(mind, dx[:, 0] * dx[:, 0] + dx[:, 1] * dx[:, 1] + dx[:, 2] * dx[:, 2])
+        selected[idx[k - 1]] = True
+        cand = np.flatnonzero(~selected & (mind == mind[~selected].max()))
+        assert idx[k] == cand[0]
+
+
+@pytest.mark.parametrize("name", list(CLOUDS))
+@pytest.mark.parametrize("start", [0, 123])
+def test_twins_match_reference(name, start):
+    xyz = CLOUDS[name]
+    m = 400
+    ref_idx, ref_d2 = fps_reference(xyz, m, start)
+    for idx, d2 in (fps_plain(xyz, m, start), fps_tree(xyz, m, start, leaf_size=8), fps_tree(xyz, m, start, 64)):
+        np.testing.assert_array_equal(idx, ref_idx)
+        np.testing.assert_array_equal(d2, ref_d2)
+
+
+def test_all_points_and_tiny_clouds():
+    xyz = duplicate_cloud(500, 9)  # 125 distinct positions, M = N: a full permutation
+    ref = fps_reference(xyz, 500, 3)[0]
+    np.testing.assert_array_equal(np.sort(ref), np.arange(500))
+    np.testing.assert_array_equal(fps_tree(xyz, 500, 3, leaf_size=4)[0], ref)
+    np.testing.assert_array_equal(fps_plain(xyz, 500, 3)[0], ref)
+    one = np.zeros((1, 3), dtype=np.float32)
+    assert fps_tree(one, 1, 0)[0].tolist() == [0]
+    same = np.ones((7, 3), dtype=np.float32)  # all identical: lowest unselected index each time
+    assert fps_tree(same, 7, 4, leaf_size=2)[0].tolist() == [4, 0, 1, 2, 3, 5, 6]
+
+
+def test_tree_on_larger_surface_cloud():
+    xyz = sphere_cloud(60000, 5)
+    idx, d2 = fps_tree(xyz, 3000, 11)
+    ref_idx, ref_d2 = fps_plain(xyz, 3000, 11)
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(d2, ref_d2)
+
+
+def _assert_same_or_tie(xyz, ours, theirs):
+    """Equal sequences, or equal up to an exact distance tie that we broke towards the lower index."""
+    theirs = np.asarray(theirs, dtype=np.int64)
+    if np.array_equal(ours, theirs):
+        return
+    k = int(np.argmax(ours != theirs))
+    mind = np.full(len(xyz), np.inf, dtype=np.float32)
+    for s in ours[:k]:
+        dx = xyz - xyz[s]
+        mind = np.minimum(mind, dx[:, 0] * dx[:, 0] + dx[:, 1] * dx[:, 1] + dx[:, 2] * dx[:, 2])
+    assert mind[ours[k]] == mind[theirs[k]], f"sequences differ at sample {k} without a tie"
+    assert ours[k] < theirs[k]
+
+
+@pytest.mark.parametrize("variant", ["fps_sampling", "bucket_fps_kdtree_sampling", "bucket_fps_kdline_sampling"])
+def test_matches_fpsample_exact_variants(variant):
+    fpsample = pytest.importorskip("fpsample")
+    xyz = sphere_cloud(20000, 4)
+    m = 1500
+    fn = getattr(fpsample, variant)
+    theirs = fn(xyz, m, h=5, start_idx=0) if "kdline" in variant else fn(xyz, m, start_idx=0)
+    # fpsample's bucket variants may start elsewhere than start_idx; follow their first sample.
+    start = int(theirs[0])
+    ours = farthest_point_sampling(xyz, m, start, backend="cpu")
+    _assert_same_or_tie(xyz, ours, theirs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API (CPU)
+# ---------------------------------------------------------------------------------------------
+
+def test_public_api_methods_agree():
+    xyz = sphere_cloud(20000, 6)
+    ref = fps_plain(xyz, 500, 5)
+    for method in ("auto", "tree", "plain"):
+        idx, d2 = farthest_point_sampling(xyz, 500, 5, backend="cpu", method=method, return_d2=True)
+        assert idx.dtype == np.int64
+        np.testing.assert_array_equal(idx, ref[0])
+        np.testing.assert_array_equal(d2, ref[1])
+
+
+def test_float64_input_and_subnormals():
+    xyz64 = random_cloud(2000, 7).astype(np.float64)
+    np.testing.assert_array_equal(farthest_point_sampling(xyz64, 100, backend="cpu"),
+                                  fps_reference(xyz64.astype(np.float32), 100)[0])
+    xyz = random_cloud(1000, 8)
+    xyz[:10, 0] = 1e-40  # subnormal: every backend treats it as 0
+    flushed = xyz.copy()
+    flushed[:10, 0] = 0
+    np.testing.assert_array_equal(farthest_point_sampling(xyz, 200, backend="cpu"), fps_reference(flushed, 200)[0])
+
+
+def test_batch_cpu():
+    clouds = np.stack([random_cloud(800, s) for s in range(3)])
+    out = farthest_point_sampling_batch(clouds, 50, start_index=[0, 5, 9], backend="cpu")
+    assert out.shape == (3, 50)
+    for b, s in enumerate([0, 5, 9]):
+        np.testing.assert_array_equal(out[b], fps_reference(clouds[b], 50, s)[0])
+
+
+@pytest.mark.parametrize("xyz, m, start, match", [
+    (np.zeros((0, 3), np.float32), 1, 0, "empty"),
+    (random_cloud(10), 11, 0, "exceeds"),
+    (random_cloud(10), 0, 0, "at least 1"),
+    (random_cloud(10), 5, 10, "out of range"),
+    (random_cloud(10), 5, -1, "out of range"),
+    (np.zeros((10, 2), np.float32), 5, 0, r"\[N, 3\]"),
+    (np.array([[0, 0, 0], [np.nan, 0, 0], [1, 1, 1]], np.float32), 2, 0, "NaN"),
+    (np.array([[0, 0, 0], [np.inf, 0, 0]], np.float32), 1, 0, "infinite"),
+])
+def test_bad_input(xyz, m, start, match):
+    with pytest.raises(MVSError, match=match):
+        farthest_point_sampling(xyz, m, start, backend="cpu")
+
+
+def test_bad_batch_input():
+    with pytest.raises(MVSError, match="exceeds"):
+        farthest_point_sampling_batch(np.zeros((2, 5, 3), np.float32), 6, backend="cpu")
+    with pytest.raises(MVSError, match="start_index"):
+        farthest_point_sampling_batch(np.zeros((2, 5, 3), np.float32), 2, start_index=[0, 5], backend="cpu")
+
+
+def test_gpu_memory_fallback_decision(monkeypatch, caplog):
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: 1000)
+    with caplog.at_level(logging.WARNING):
+        assert validate.gpu_memory_fallback("FPS of 1e9 points", 10**6, "auto") == "cpu"
+    assert "running on the CPU" in caplog.text
+    with pytest.raises(BackendUnavailable, match="GPU memory"):
+        validate.gpu_memory_fallback("FPS of 1e9 points", 10**6, "cuda")
+    assert validate.gpu_memory_fallback("small", 100, "auto") == "cuda"
+
+
+@pytest.mark.parametrize("grid, threads", [(132, 512), (264, 256), (108, 512)])
+def test_tree_auto_leaf_size_is_balanced_and_fits(grid, threads):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    for n in (1, 3000, 10**6, 4 * 10**6, 16 * 10**6, 50 * 10**6, kfps.TREE_MAX_POINTS - 1):
+        def balanced(leaf):
+            return leaf * leaf * grid * threads >= n * kfps.AUTO_LEAF_BALANCE
+
+        def fits(leaf):
+            leaves_per_block = -(-n // (leaf * grid))  # = ceil(ceil(n / leaf) / grid)
+            return (leaves_per_block * kfps.TREE_SHARED_BYTES_PER_LEAF <= kfps.AUTO_MAX_SHARED_BYTES
+                    and -(-leaves_per_block // threads) <= kfps.MAX_LEAVES_PER_THREAD)
+
+        leaf = kfps.choose_leaf_size(n, grid, threads)
+        assert kfps.MIN_LEAF_SIZE <= leaf <= 32 * kfps.MAX_POINTS_PER_LANE and leaf & (leaf - 1) == 0
+        assert fits(leaf) and balanced(leaf)
+        assert leaf == kfps.MIN_LEAF_SIZE or not (fits(leaf // 2) and balanced(leaf // 2))  # the smallest
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CLOUDS))
+def test_gpu_block_kernel_matches_reference(cupy, name):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = CLOUDS[name]
+    clouds = np.stack([xyz, xyz[::-1].copy(), np.roll(xyz, 17, axis=0)])
+    starts = np.array([0, 42, len(xyz) - 1], dtype=np.int32)
+    m = 400
+    idx, d2 = kfps.fps_block(cupy.asarray(clouds), cupy.asarray(starts), m)
+    cupy.cuda.Device().synchronize()
+    idx, d2 = idx.get(), d2.get()
+    for b in range(3):
+        ref_idx, ref_d2 = fps_reference(clouds[b], m, int(starts[b]))
+        np.testing.assert_array_equal(idx[b], ref_idx)
+        np.testing.assert_array_equal(d2[b], ref_d2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CLOUDS))
+@pytest.mark.parametrize("leaf_size, blocks_per_sm", [(None, 1), (32, 1), (8, 2), (1, 1)])
+def test_gpu_tree_kernel_matches_reference(cupy, name, leaf_size, blocks_per_sm):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = CLOUDS[name]
+    m = 500
+    idx, d2, info = kfps.fps_tree(cupy.asarray(xyz), m, 31, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm)
+    ref_idx, ref_d2 = fps_reference(xyz, m, 31)
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+    assert info["grid"] >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("leaf_size, blocks_per_sm, threads", [
+    (100, 1, 1024),  # 4 points per lane, the last lanes of each leaf idle
+    (512, 1, 64),    # the largest leaf: 16 points per lane
+    (1, 1, 64),      # 8 leaves per thread, some past the end of the cloud
+    (3, 2, 64),      # two polling warps with 5 slots per lane
+])
+def test_gpu_tree_kernel_shapes(cupy, leaf_size, blocks_per_sm, threads):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = sphere_cloud(40000, 9)
+    xyz[::7] = xyz[3]  # exact duplicates: ties and zero distances
+    m = 300
+    idx, d2, info = kfps.fps_tree(cupy.asarray(xyz), m, 5, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
+                                  threads=threads)
+    ref_idx, ref_d2 = fps_reference(xyz, m, 5)
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+    assert info["threads"] == threads and info["leaf_size"] == leaf_size
+
+
+@pytest.mark.gpu
+def test_gpu_tree_all_points_and_odd_sizes(cupy):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = duplicate_cloud(1001, 12)  # N not a multiple of the leaf size, M = N
+    idx, _d2, _ = kfps.fps_tree(cupy.asarray(xyz), 1001, 1000, leaf_size=32)
+    np.testing.assert_array_equal(idx.get(), fps_reference(xyz, 1001, 1000)[0])
+    one = cupy.zeros((1, 3), dtype=cupy.float32)
+    assert kfps.fps_tree(one, 1, 0)[0].get().tolist() == [0]
+    two = cupy.asarray(np.array([[0, 0, 0], [1, 0, 0]], np.float32))
+    assert kfps.fps_tree(two, 2, 1)[0].get().tolist() == [1, 0]
+
+
+@pytest.mark.gpu
+def test_gpu_tree_large_surface_matches_cpu_tree(cupy):
+    xyz = sphere_cloud(400000, 13)
+    m = 20000
+    gpu_idx, gpu_d2 = farthest_point_sampling(cupy.asarray(xyz), m, 77, backend="cuda", method="tree",
+                                              return_d2=True)
+    assert isinstance(gpu_idx, cupy.ndarray)
+    cpu_idx, cpu_d2 = fps_tree(xyz, m, 77)
+    np.testing.assert_array_equal(gpu_idx.get(), cpu_idx)
+    np.testing.assert_array_equal(gpu_d2.get(), cpu_d2)
+    # Pruning: far less distance work than a full pass per sample.
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    _, _, info = kfps.fps_tree(cupy.asarray(xyz), m, 77)
+    assert 0 < info["work_fraction"] < 0.01, info  # the CPU twin's tree does ~0.12% here
+
+
+@pytest.mark.gpu
+def test_gpu_matches_fpsample(cupy):
+    fpsample = pytest.importorskip("fpsample")
+    xyz = sphere_cloud(50000, 14)
+    theirs = fpsample.bucket_fps_kdline_sampling(xyz, 2000, h=7, start_idx=0)
+    ours = farthest_point_sampling(xyz, 2000, int(theirs[0]), backend="cuda")
+    _assert_same_or_tie(xyz, ours, theirs)
+
+
+@pytest.mark.gpu
+def test_gpu_batch_and_methods(cupy):
+    clouds = np.stack([sphere_cloud(5000, s) for s in range(4)])
+    out = farthest_point_sampling_batch(clouds, 300, start_index=3, backend="cuda")
+    for b in range(4):
+        np.testing.assert_array_equal(out[b], fps_reference(clouds[b], 300, 3)[0])
+    xyz = clouds[0]
+    plain = farthest_point_sampling(xyz, 300, backend="cuda", method="plain")
+    tree = farthest_point_sampling(xyz, 300, backend="cuda", method="tree")
+    np.testing.assert_array_equal(plain, tree)
+    np.testing.assert_array_equal(plain, fps_reference(xyz, 300)[0])
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_falls_back(cupy, monkeypatch, caplog):
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: 1 << 20)
+    xyz = sphere_cloud(30000, 15)
+    with caplog.at_level(logging.WARNING):
+        idx = farthest_point_sampling(xyz, 100, backend="auto")
+    assert "running on the CPU" in caplog.text
+    np.testing.assert_array_equal(idx, fps_reference(xyz, 100)[0])
+    with pytest.raises(BackendUnavailable):
+        farthest_point_sampling(xyz, 100, backend="cuda")

@@ -1,0 +1,194 @@
+"""The `sampling` stage and the fps / interpolate / voxelize / dsm subcommands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import numpy as np
+import plyfile
+import pytest
+
+from mvs_pipeline.cli import main as cli_main
+from mvs_pipeline.config.loader import load_config
+from mvs_pipeline.errors import MVSError
+from mvs_pipeline.io.ply import PointCloud, read_ply, write_ply
+from mvs_pipeline.sampling import stage as sampling
+from mvs_pipeline.sampling.params import SamplingConfig
+from mvs_pipeline.sampling.points.fps.cpu import fps_reference
+
+
+def fused_cloud(n: int = 4000, seed: int = 0) -> PointCloud:
+    """A fused.ply look-alike: a wavy surface with normals, colours and a uchar support channel."""
+    rng = np.random.default_rng(seed)
+    xy = rng.random((n, 2)) * 4
+    z = 0.2 * np.sin(2 * xy[:, 0]) + 0.1 * xy[:, 1]
+    xyz = np.c_[xy, z].astype(np.float32)
+    normals = np.c_[-0.4 * np.cos(2 * xy[:, 0]), np.full(n, -0.1), np.ones(n)]
+    normals = (normals / np.linalg.norm(normals, axis=1, keepdims=True)).astype(np.float32)
+    colors = (rng.random((n, 3)) * 255).astype(np.uint8)
+    support = rng.integers(3, 12, n).astype(np.uint8)
+    return PointCloud(xyz=xyz, normals=normals, colors=colors, extra={"support": support})
+
+
+@pytest.fixture
+def fused(tmp_path):
+    path = tmp_path / "fused.ply"
+    cloud = fused_cloud()
+    write_ply(path, cloud)
+    return path, cloud
+
+
+def ply_layout(path):
+    v = plyfile.PlyData.read(str(path))["vertex"].data
+    return [(name, v.dtype[name].str) for name in v.dtype.names]
+
+
+def test_stage_samples_in_fps_order_with_same_layout(fused, tmp_path):
+    path, cloud = fused
+    out = tmp_path / "out"
+    paths = sampling.sample_fused_cloud(SamplingConfig(num_samples=300, start_index=5), path, out, backend="cpu")
+    assert set(paths) == {"samples", "indices"}
+    assert ply_layout(paths["samples"]) == ply_layout(path)
+    ref = fps_reference(cloud.xyz, 300, 5)[0]
+    np.testing.assert_array_equal(np.load(paths["indices"]), ref)
+    got = read_ply(paths["samples"])
+    np.testing.assert_array_equal(got.xyz, cloud.xyz[ref])
+    np.testing.assert_array_equal(got.normals, cloud.normals[ref])
+    np.testing.assert_array_equal(got.colors, cloud.colors[ref])
+    np.testing.assert_array_equal(got.extra["support"], cloud.extra["support"][ref])
+
+
+def test_stage_skips_and_overwrites(fused, tmp_path):
+    path, _ = fused
+    out = tmp_path / "out"
+    cfg = SamplingConfig(ratio=0.05)
+    paths = sampling.sample_fused_cloud(cfg, path, out, backend="cpu")
+    assert len(read_ply(paths["samples"])) == 200
+    stamp = paths["samples"].stat().st_mtime_ns
+    sampling.sample_fused_cloud(dataclasses.replace(cfg, ratio=0.1), path, out, backend="cpu")  # outputs exist: skipped
+    assert paths["samples"].stat().st_mtime_ns == stamp
+    sampling.sample_fused_cloud(dataclasses.replace(cfg, ratio=0.1), path, out, overwrite=True, backend="cpu")
+    assert len(read_ply(paths["samples"])) == 400
+
+
+def test_stage_more_samples_than_points_keeps_all(fused, tmp_path, caplog):
+    path, cloud = fused
+    with caplog.at_level(logging.WARNING):
+        paths = sampling.sample_fused_cloud(SamplingConfig(num_samples=10**6), path, tmp_path / "o", backend="cpu")
+    assert "keeping all" in caplog.text
+    idx = np.load(paths["indices"])
+    np.testing.assert_array_equal(np.sort(idx), np.arange(len(cloud)))
+
+
+def test_stage_pre_pooling_and_attribute_transfer(fused, tmp_path):
+    path, cloud = fused
+    cfg = SamplingConfig(num_samples=150, pre_pool_voxel_size=0.2)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "pooled", backend="cpu")
+    assert "indices" not in paths
+    got = read_ply(paths["samples"])
+    assert len(got) == 150
+    assert set(got.extra) == {"support", "voxel_count"} and got.extra["support"].dtype == np.uint8
+    assert got.extra["voxel_count"].min() >= 1
+    np.testing.assert_allclose(np.linalg.norm(got.normals, axis=1), 1, atol=1e-5)
+    # Samples are voxel centroids: each lies within its voxel's extent of some fused point.
+    from scipy.spatial import cKDTree
+
+    d, _ = cKDTree(cloud.xyz).query(got.xyz)
+    assert d.max() < 0.2 * np.sqrt(3)
+    bare = sampling.sample_fused_cloud(dataclasses.replace(cfg, transfer_attributes=False), path, tmp_path / "bare", backend="cpu")
+    plain = read_ply(bare["samples"])
+    assert plain.normals is None and plain.colors is None and not plain.extra
+    np.testing.assert_array_equal(plain.xyz, got.xyz)
+
+
+def test_stage_dsm_outputs(fused, tmp_path):
+    path, _ = fused
+    cfg = SamplingConfig(num_samples=100, dsm=True, dsm_cell_size=0.1)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "d", backend="cpu")
+    assert {"dsm", "dsm_json", "ortho", "hillshade"} <= set(paths)
+    meta = json.loads(paths["dsm_json"].read_text())
+    assert meta["cell_size"] == 0.1 and meta["reduce"] == "max" and meta["width"] == 40
+
+
+def test_stage_accepts_pipeline_config(fused, tmp_path):
+    path, _ = fused
+    cfg = load_config(None, ["backend=cpu", "sampling.num_samples=50"])
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "p")
+    assert len(read_ply(paths["samples"])) == 50
+
+
+def test_stage_bad_input(tmp_path, fused):
+    empty = tmp_path / "empty.ply"
+    write_ply(empty, PointCloud(xyz=np.zeros((0, 3), np.float32)))
+    with pytest.raises(MVSError, match="no points"):
+        sampling.sample_fused_cloud(SamplingConfig(), empty, tmp_path / "e", backend="cpu")
+    with pytest.raises(MVSError, match="start_index"):
+        sampling.sample_fused_cloud(SamplingConfig(start_index=4000), fused[0], tmp_path / "s", backend="cpu")
+    bad = tmp_path / "nan.ply"
+    xyz = np.zeros((5, 3), np.float32)
+    xyz[2, 1] = np.nan
+    write_ply(bad, PointCloud(xyz=xyz))
+    with pytest.raises(MVSError, match="NaN"):
+        sampling.sample_fused_cloud(SamplingConfig(num_samples=2), bad, tmp_path / "n", backend="cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------------------------
+
+def test_cli_fps(fused, tmp_path, capsys):
+    path, cloud = fused
+    out, idx_path = tmp_path / "s.ply", tmp_path / "s.npy"
+    assert cli_main(["fps", str(path), "-n", "64", "-o", str(out), "--start-index", "9", "--indices",
+                     str(idx_path), "--backend", "cpu"]) == 0
+    ref = fps_reference(cloud.xyz, 64, 9)[0]
+    np.testing.assert_array_equal(np.load(idx_path), ref)
+    np.testing.assert_array_equal(read_ply(out).xyz, cloud.xyz[ref])
+    assert ply_layout(out) == ply_layout(path)
+    assert cli_main(["fps", str(path), "-n", "5000", "-o", str(out), "--backend", "cpu"]) == 2
+    assert "exceeds" in capsys.readouterr().err
+    assert cli_main(["fps", str(path), "--ratio", "0", "-o", str(out), "--backend", "cpu"]) == 2
+
+
+def test_cli_interpolate_voxelize_dsm(fused, tmp_path):
+    path, cloud = fused
+    sample = tmp_path / "sample.ply"
+    assert cli_main(["fps", str(path), "-n", "800", "-o", str(sample), "--backend", "cpu"]) == 0
+    bare = tmp_path / "bare.ply"
+    write_ply(bare, PointCloud(xyz=cloud.xyz))
+    back = tmp_path / "back.ply"
+    assert cli_main(["interpolate", str(sample), str(bare), "-o", str(back), "--attributes", "normals,support",
+                     "--backend", "cpu"]) == 0
+    moved = read_ply(back)
+    assert moved.colors is None and moved.extra["support"].dtype == np.uint8
+    cos = (moved.normals * cloud.normals).sum(1)
+    assert np.median(cos) > 0.995
+    vox = tmp_path / "vox.ply"
+    assert cli_main(["voxelize", str(path), "--voxel-size", "0.5", "-o", str(vox), "--backend", "cpu"]) == 0
+    assert read_ply(vox).extra["voxel_count"].sum() == len(cloud)
+    assert cli_main(["dsm", str(path), "-o", str(tmp_path / "r" / "site.tif"), "--cell-size", "0.2",
+                     "--backend", "cpu"]) == 0
+    for name in ("site.tif", "site.json", "site_ortho.png", "site_hillshade.png"):
+        assert (tmp_path / "r" / name).is_file()
+
+
+@pytest.mark.gpu
+def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
+    path, _ = fused
+    for cfg in (SamplingConfig(num_samples=700, dsm=True, dsm_cell_size=0.1),
+                SamplingConfig(num_samples=300, pre_pool_voxel_size=0.1)):
+        gpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "gpu", overwrite=True, backend="cuda")
+        cpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "cpu", overwrite=True, backend="cpu")
+        assert set(gpu) == set(cpu)
+        a, b = read_ply(gpu["samples"]), read_ply(cpu["samples"])
+        np.testing.assert_array_equal(a.xyz, b.xyz)
+        np.testing.assert_array_equal(a.normals, b.normals)
+        np.testing.assert_array_equal(a.colors, b.colors)
+        for name in b.extra:
+            np.testing.assert_array_equal(a.extra[name], b.extra[name])
+        if "dsm" in gpu:
+            from mvs_pipeline.sampling.points.dsm import read_dsm
+
+            np.testing.assert_array_equal(read_dsm(gpu["dsm"]), read_dsm(cpu["dsm"]))

@@ -1,0 +1,136 @@
+"""Voxel pooling: interval reduction (CUDA kernel, Numba twin) against an np.unique reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mvs_pipeline.errors import MVSError
+from mvs_pipeline.io.ply import PointCloud
+from mvs_pipeline.sampling.points.voxel_pool import cpu as cpu_vp
+from mvs_pipeline.sampling.points.voxel_pool.ops import sort_intervals, voxel_coordinates, voxel_downsample, voxel_pool
+
+
+def cloud(n: int, seed: int = 0, scale: float = 3.0):
+    rng = np.random.default_rng(seed)
+    xyz = (rng.random((n, 3)) * scale - 1).astype(np.float32)
+    feats = rng.normal(size=(n, 5)).astype(np.float32)
+    return xyz, feats
+
+
+def reference_keys(xyz, voxel):
+    """Voxel keys written independently of the implementation (same float64 floor rule)."""
+    origin = xyz.min(axis=0).astype(np.float64)
+    c = np.floor((xyz.astype(np.float64) - origin) * (1.0 / voxel)).astype(np.int64)
+    return c, c[:, 0] + 10**6 * (c[:, 1] + 10**6 * c[:, 2])
+
+
+@pytest.mark.parametrize("voxel", [0.05, 0.3, 10.0])
+def test_pool_matches_unique_reference(voxel):
+    xyz, feats = cloud(20000, 1)
+    pooled = voxel_pool(xyz, feats, voxel, backend="cpu")
+    coords, keys = reference_keys(xyz, voxel)
+    uniq, means, counts = cpu_vp.pool_reference(keys, np.concatenate([xyz, feats], axis=1))
+    # Both enumerate voxels in increasing (k, j, i) order, so rows line up.
+    assert len(uniq) == len(pooled.counts)
+    np.testing.assert_array_equal(pooled.counts, counts)
+    np.testing.assert_array_equal(pooled.xyz, means[:, :3])  # same summation order: bit-exact
+    np.testing.assert_array_equal(pooled.features, means[:, 3:])
+    np.testing.assert_array_equal(pooled.coords[pooled.point_voxel], coords)
+    # Every point's voxel holds it: mean of its members equals the pooled position.
+    v = pooled.point_voxel[123]
+    members = xyz[pooled.point_voxel == v]
+    np.testing.assert_allclose(members.mean(axis=0), pooled.xyz[v], rtol=1e-6, atol=1e-6)
+
+
+def test_interval_reductions_twins():
+    rng = np.random.default_rng(2)
+    keys = rng.integers(0, 50, 5000)
+    values = rng.normal(size=5000).astype(np.float32)
+    values[::97] = values.max()  # ties of the maximum: the first (lowest index) wins
+    iv = sort_intervals(keys)
+    np.testing.assert_array_equal(iv.keys, np.unique(keys))
+    top, arg = cpu_vp.pool_max(values, iv.order, iv.starts)
+    for v, k in enumerate(iv.keys):
+        members = np.flatnonzero(keys == k)
+        assert top[v] == values[members].max()
+        assert arg[v] == members[np.argmax(values[members])]
+
+
+def test_downsample_cloud_attributes():
+    xyz, feats = cloud(5000, 3)
+    normals = feats[:, :3] / np.linalg.norm(feats[:, :3], axis=1, keepdims=True)
+    colors = (np.random.default_rng(4).random((5000, 3)) * 255).astype(np.uint8)
+    support = np.random.default_rng(5).integers(2, 10, 5000).astype(np.uint8)
+    pc = PointCloud(xyz=xyz, normals=normals.astype(np.float32), colors=colors, extra={"support": support})
+    out = voxel_downsample(pc, 0.5, backend="cpu")
+    assert out.extra["voxel_count"].sum() == 5000 and out.extra["voxel_count"].dtype == np.int32
+    assert out.colors.dtype == np.uint8 and out.extra["support"].dtype == np.uint8
+    norms = np.linalg.norm(out.normals, axis=1)
+    np.testing.assert_allclose(norms[norms > 0], 1, atol=1e-5)
+    pooled = voxel_pool(xyz, np.c_[colors.astype(np.float32), support.astype(np.float32)], 0.5, backend="cpu")
+    np.testing.assert_array_equal(out.colors, np.clip(np.rint(pooled.features[:, :3]), 0, 255).astype(np.uint8))
+    np.testing.assert_array_equal(out.extra["support"], np.rint(pooled.features[:, 3]).astype(np.uint8))
+
+
+def test_edge_cases_and_bad_input():
+    one = voxel_pool(np.array([[1, 2, 3]], np.float32), None, 0.1, backend="cpu")
+    assert one.counts.tolist() == [1] and one.features.shape == (1, 0)
+    same = voxel_pool(np.ones((10, 3), np.float32), None, 0.1, backend="cpu")
+    assert same.counts.tolist() == [10]
+    lattice = np.stack(np.meshgrid(*[np.arange(4)] * 3), -1).reshape(-1, 3).astype(np.float32)
+    assert len(voxel_pool(lattice, None, 1.0, backend="cpu").counts) == 64  # points on voxel faces
+    assert len(voxel_pool(lattice, None, 2.0, backend="cpu").counts) == 8
+    xyz, feats = cloud(100)
+    with pytest.raises(MVSError, match="voxel_size"):
+        voxel_pool(xyz, None, 0.0, backend="cpu")
+    with pytest.raises(MVSError, match="too small"):
+        voxel_pool(np.array([[0, 0, 0], [1e30, 1e30, 1e30]], np.float32), None, 1e-9, backend="cpu")
+    with pytest.raises(MVSError, match="NaN"):
+        voxel_pool(np.array([[np.nan, 0, 0]], np.float32), None, 1.0, backend="cpu")
+    with pytest.raises(MVSError, match="features"):
+        voxel_pool(xyz, feats[:50], 1.0, backend="cpu")
+    with pytest.raises(MVSError, match="origin"):
+        voxel_pool(xyz, None, 1.0, origin=(0, 0, 0), backend="cpu")
+    with pytest.raises(MVSError, match="empty"):
+        voxel_pool(np.zeros((0, 3), np.float32), None, 1.0, backend="cpu")
+
+
+def test_voxel_coordinates_rule():
+    xyz = np.array([[0.0, 0.1, 0.29999], [0.3, -0.05, 0.6]], np.float32)
+    c = voxel_coordinates(xyz, 0.1, np.array([-0.1, -0.1, -0.1]))
+    np.testing.assert_array_equal(c, np.floor((xyz.astype(np.float64) + 0.1) * 10).astype(np.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_kernels_match_twins(cupy):
+    from mvs_pipeline.sampling.points.voxel_pool import cuda as kvp
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 3000, 100000)
+    feats = rng.normal(size=(100000, 7)).astype(np.float32)
+    iv = sort_intervals(keys)
+    iv_gpu = sort_intervals(cupy.asarray(keys))
+    np.testing.assert_array_equal(iv_gpu.order.get(), iv.order)  # stable on both
+    np.testing.assert_array_equal(iv_gpu.starts.get(), iv.starts)
+    mean = kvp.pool_mean(cupy.asarray(feats), iv_gpu.order, iv_gpu.starts)  # output poisoned with NaN
+    np.testing.assert_array_equal(mean.get(), cpu_vp.pool_mean(feats, iv.order, iv.starts))
+    values = feats[:, 0].copy()
+    values[::101] = values.max()
+    top, arg = kvp.pool_max(cupy.asarray(values), iv_gpu.order, iv_gpu.starts)
+    ref_top, ref_arg = cpu_vp.pool_max(values, iv.order, iv.starts)
+    np.testing.assert_array_equal(top.get(), ref_top)
+    np.testing.assert_array_equal(arg.get(), ref_arg)
+
+
+@pytest.mark.gpu
+def test_gpu_public_api_matches_cpu(cupy):
+    xyz, feats = cloud(200000, 8)
+    a = voxel_pool(xyz, feats, 0.07, backend="cuda")
+    b = voxel_pool(xyz, feats, 0.07, backend="cpu")
+    for name in ("xyz", "features", "counts", "coords", "point_voxel"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
