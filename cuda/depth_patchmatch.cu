@@ -1,6 +1,6 @@
 // Single-scale ACMH PatchMatch kernels: init, propagate (adaptive checkerboard + joint view
 // selection), refine, plus debug kernels that expose each stage for tests against the CPU twin
-// (mvs_pipeline/cpu/patchmatch.py). Launchers: mvs_pipeline/kernels/patchmatch.py.
+// (mvs_pipeline/depth/patchmatch/cpu/). Launchers: mvs_pipeline/depth/patchmatch/cuda.py.
 //
 // Maps (row-major, H x W): plane float4 (nx, ny, nz, depth), cost float, selected uint32,
 // weights uint8 [S, H, W] (Monte-Carlo view counts of the last propagation, read by refine).
@@ -11,12 +11,15 @@
 // Geometric passes (ACMM) add the weighted reprojection error through the sources' previous
 // depth maps to every per-source cost (full_cost); init takes prior depth/normal maps, and
 // pm_score rescores given hypotheses for the detail restorer.
-// The window constants come from mvs_pipeline/patchmatch/window.py; CI compiles these variants:
-// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=8
-// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32
-// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_GEOM=1
-// ci-variant: -DPM_WINDOW_RADIUS=3 -DPM_WINDOW_STEP=1 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16
+// Every -D constant comes from mvs_pipeline/depth/patchmatch/cuda.py's compile_options (a test
+// checks these lines against it); CI compiles these variants:
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=8 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_GEOM=1 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
+// ci-variant: -DPM_WINDOW_RADIUS=3 -DPM_WINDOW_STEP=1 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
 #include "depth_patchmatch_common.cuh"
+#include "depth_patchmatch_cost.cuh"
+#include "depth_patchmatch_view_selection.cuh"
 
 #define PM_BLOCK_X 16
 #ifndef PM_BLOCK_Y
@@ -40,7 +43,7 @@
 // Refinement hypotheses per pixel: capacity of the per-thread hypothesis arrays (the launcher
 // passes PatchMatchParams' MAX_NUM_REFINE and rejects larger num_refine).
 #ifndef PM_MAX_REFINE
-#define PM_MAX_REFINE 12
+#error "PM_MAX_REFINE must be set with -D (params.MAX_NUM_REFINE)"
 #endif
 static_assert(PM_MAX_REFINE <= 15, "pm_refine packs a hypothesis index into 4 bits of a queue item");
 // The bilateral window weights live in shared memory (SharedRefWindow) when they fit in 32 KB
@@ -249,7 +252,7 @@ __device__ __noinline__ float4 refine_hypothesis(int h, float4 cur, float3 r, un
 // windows of the pixels that selected it are queued and every lane scores the next one, whoever
 // owns it. Each owner then adds weights[s] * cost in ascending s, exactly as weighted_cost does.
 // Dynamic shared memory (every lane reads its neighbours' windows and hypotheses), sized by the
-// launcher (kernels/patchmatch.py: refine_shared_bytes) for nh_cap = num_refine hypotheses:
+// launcher (depth/patchmatch/cuda.py: refine_shared_bytes) for nh_cap = num_refine hypotheses:
 //   hyps   float4 [PM_BLOCK_THREADS * nh_cap]   plane vector v (plane_vector) and depth of thread
 //                                               t's hypothesis h
 //   rw     float [PM_WINDOW_SAMPLES * PM_BLOCK_THREADS]   bilateral weights (SharedRefWindow)

@@ -1,8 +1,8 @@
 // Per-pixel operations between the scales of multi-scale (ACMM) PatchMatch: joint bilateral
 // upsampling of a coarse depth + normal map, and the cost-threshold + checkerboard-median
 // post-filter of a final depth map. One thread per output pixel, 16 x 16 blocks.
-// Launchers: mvs_pipeline/kernels/scale_ops.py; CPU twin: mvs_pipeline/cpu/scale_ops.py (same
-// float32 arithmetic in the same order). The definitions live in mvs_pipeline/scale_ops.py.
+// Launchers: mvs_pipeline/depth/scale_ops/cuda.py; CPU twin: cpu.py beside it (same
+// float32 arithmetic in the same order). The definitions live in mvs_pipeline/depth/scale_ops/ops.py.
 //
 // Maps are row-major: depth [H, W] float (0 = no depth), normal [H, W, 3] float, guide and cost
 // [H, W] float. Neither kernel writes what it reads, so results do not depend on thread order.

@@ -1,6 +1,6 @@
 // ETH3D multi-view metric on the GPU: direction-binned beam test (accuracy) and a sorted-grid
-// nearest-neighbour search (completeness). CPU twins: mvs_pipeline/evaluation/cpu_accuracy.py,
-// sphere_grid.py, cpu_completeness.py; launchers: mvs_pipeline/kernels/eth3d_eval.py.
+// nearest-neighbour search (completeness). CPU twins: mvs_pipeline/evaluation/cpu.py,
+// sphere_grid.py; launchers: mvs_pipeline/evaluation/cuda.py.
 //
 // All geometry is evaluated in double: inputs are float32 (as the official program reads them),
 // and double arithmetic keeps our GPU and CPU classifications identical except for points

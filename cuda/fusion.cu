@@ -1,6 +1,6 @@
 // Depth-map fusion, one reference view at a time: one thread per reference pixel.
-// Launcher: mvs_pipeline/kernels/fusion.py. CPU twin (same rules, float64): mvs_pipeline/cpu/fusion.py.
-// The rules and the determinism argument are documented in mvs_pipeline/fusion.py.
+// Launcher: mvs_pipeline/fusion/cuda.py. CPU twin (same rules, float64): mvs_pipeline/fusion/cpu.py.
+// The rules and the determinism argument are documented in mvs_pipeline/fusion/stage.py.
 //
 // Compile-time constants (set by the launcher, one Python constant drives each):
 //   FUSION_MAX_NEIGHBORS  most neighbour views per reference (bits of the visibility mask, <= 32)

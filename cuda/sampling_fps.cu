@@ -1,5 +1,5 @@
-// Exact farthest point sampling. Launchers: mvs_pipeline/kernels/fps.py; CPU twins and the
-// plain O(N*M) reference: mvs_pipeline/cpu/fps.py.
+// Exact farthest point sampling. Launchers: mvs_pipeline/sampling/points/fps/cuda.py; CPU twins and the
+// plain O(N*M) reference: cpu.py beside it.
 //
 // Definition shared by every backend (see sampling_points_common.cuh for the arithmetic):
 //   mind[i] = min over selected s of dist2(p_i, p_s), +inf before the first sample;

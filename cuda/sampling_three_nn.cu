@@ -1,6 +1,6 @@
 // Three nearest neighbours through a uniform grid, and inverse-distance interpolation with its
-// backward pass. Launchers: mvs_pipeline/kernels/three_nn.py; CPU twins:
-// mvs_pipeline/cpu/three_nn.py.
+// backward pass. Launchers: mvs_pipeline/sampling/points/three_nn/cuda.py; CPU twins:
+// cpu.py beside it.
 //
 // Grid: known points sorted by dense cell id (x fastest), cell_start[c]..cell_start[c+1] the
 // points of cell c. A query scans Chebyshev rings of cells around its (clamped) cell and stops

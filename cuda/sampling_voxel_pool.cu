@@ -1,5 +1,5 @@
 // Interval reductions for voxel pooling and DSM rasters, the BEVPool v2 way. Launchers:
-// mvs_pipeline/kernels/voxel_pool.py; CPU twins: mvs_pipeline/cpu/voxel_pool.py.
+// mvs_pipeline/sampling/points/voxel_pool/cuda.py; CPU twins: cpu.py beside it.
 //
 // The caller sorts points by cell key (stable), so the points of cell v are
 // order[starts[v]] .. order[starts[v + 1] - 1], in increasing original index. One thread owns

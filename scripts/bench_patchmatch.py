@@ -27,7 +27,7 @@ import numpy as np
 
 from mvs_pipeline.depth.patchmatch import PatchMatchParams, validate_problem
 from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
-from mvs_pipeline.depth.patchmatch.window import samples_per_row, window_compile_options
+from mvs_pipeline.depth.patchmatch.window import samples_per_row
 
 # Texture units per SM (Volta..Hopper): the nominal peak of filtered fetches per clock per SM.
 TEX_UNITS_PER_SM = 4
@@ -193,13 +193,13 @@ def bench_cpu(width, height, sources, iterations, seed):
 
 
 def ptxas_report(radius, step, sources, block_y):
-    from mvs_pipeline.depth.patchmatch.cuda import views_capacity  # noqa: PLC0415
+    from mvs_pipeline.depth.patchmatch.cuda import compile_options  # noqa: PLC0415
     from mvs_pipeline.paths import CUDA_DIR  # noqa: PLC0415
 
     lines = []
     for arch in ("sm_90", "sm_80"):
-        cmd = ["nvcc", "-std=c++17", f"-arch={arch}", f"-I{CUDA_DIR}", *window_compile_options(radius, step),
-               f"-DPM_MAX_VIEWS={views_capacity(sources)}", f"-DPM_BLOCK_Y={block_y}", "-c",
+        cmd = ["nvcc", "-std=c++17", f"-arch={arch}", f"-I{CUDA_DIR}", *compile_options(radius, step, sources, block_y),
+               "-c",
                str(CUDA_DIR / "depth_patchmatch.cu"), "-o", "/dev/null", "-Xptxas", "-v"]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, check=False)

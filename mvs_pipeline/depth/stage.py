@@ -1,6 +1,6 @@
 """The `depth` stage: ACMM multi-scale PatchMatch with geometric consistency, maps into OUT/stereo/.
 
-For each pass of `depth_passes.plan_passes` (coarsest scale first) and each view with sources:
+For each pass of `passes.plan_passes` (coarsest scale first) and each view with sources:
     photometric pass, coarsest scale   random initialisation (ACMH)
     photometric pass, finer scale      start from the coarser scale's last maps upsampled by
                                        joint bilateral upsampling; detail restorer
@@ -16,8 +16,8 @@ maps were still queued for writing. Every pass reads only maps of earlier passes
 from their files after a resume) and draws from a seed fixed per (pass, view), so a resumed run
 writes the same maps as an uninterrupted one.
 
-On the GPU the maps stay on the device from pass to pass (depth_caches.MapCache), and are copied
-to the host only to be written, in the background (depth_writer).
+On the GPU the maps stay on the device from pass to pass (caches.MapCache), and are copied
+to the host only to be written, in the background (writer.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Launchers for cuda/evaluation_eth3d.cu: the ETH3D metric's per-point work on the GPU.
 
-CPU twins: evaluation/sphere_grid.py + cpu_accuracy.py (accuracy) and cpu_completeness.py.
+CPU twins: evaluation/sphere_grid.py + cpu.py (accuracy and completeness).
 Every launcher checks dtype, shape, contiguity and device of its arrays, naming the argument.
 """
 
@@ -74,7 +74,7 @@ def build_sphere_grids_cuda(scans) -> dict:
 
 def classify_points_cuda(xyz, grids: dict, beam_start: float, tan_divergence: float, stop_dist2: float = -1.0,
                          out_best=None, out_front=None):
-    """(best_dist2 [N] float64, front [N] bool) on the GPU; twin of cpu_accuracy.classify_points_cpu.
+    """(best_dist2 [N] float64, front [N] bool) on the GPU; twin of cpu.classify_points_cpu.
 
     out_best [N] float64 / out_front [N] uint8 may be given (tests poison them: the kernel writes all).
     """
@@ -148,7 +148,7 @@ def nearest_dist2_levels(xp, queries, points, max_dist: float, h0: float | None,
 
 def nearest_dist2_cuda(queries, points, max_dist: float, h0: float | None = None):
     """[Q] float64 squared distance of each query [Q, 3] float64 to the nearest point [N, 3] float32;
-    exact up to max_dist, +inf beyond. Twin of cpu_completeness.nearest_dist2_cpu."""
+    exact up to max_dist, +inf beyond. Twin of cpu.nearest_dist2_cpu."""
     cp = import_cupy()
     check_array(cp, "queries", queries, np.float64, (None, 3))
     check_array(cp, "points", points, np.float32, (None, 3))

@@ -7,7 +7,7 @@ Definition (Schöps et al., CVPR 2017; the official `ETH3DMultiViewEvaluation` p
   passes through it lies within tau; otherwise inaccurate when it lies in front of a measured
   surface on such a beam (observed free space); otherwise unobserved and ignored. Per-cell
   ratio accurate / (accurate + inaccurate), averaged over cells with any counted point.
-  The beam test is in cpu_accuracy.py (and cuda/evaluation_eth3d.cu).
+  The beam test is in cpu.py (and cuda/evaluation_eth3d.cu).
 - F1(tau) = 2 A C / (A + C) (0 when both are 0).
 
 Inputs are float32 like the official program's: reconstruction coordinates are rounded to

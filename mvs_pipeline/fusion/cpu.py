@@ -2,7 +2,7 @@
 
 This module also owns the contract both backends share: the camera block layout, the neighbour
 limit, and the meaning of the `blocked` bits. The rules themselves are documented in
-`mvs_pipeline/fusion.py`; `fuse_slots` (views resident in a SlabPool, what the stage uses) and
+`stage.py`; `fuse_slots` (views resident in a SlabPool, what the stage uses) and
 `fuse_reference` (views as dicts of arrays, what tests use) apply them to one reference view:
 
 for every reference pixel p that is not blocked (bit 0) and has a valid depth and normal:

@@ -1,6 +1,6 @@
 """Launchers for `cuda/fusion.cu`: fuse one reference view against its neighbours on the GPU.
 
-Same contract as the CPU twin `mvs_pipeline/cpu/fusion.py` (rules, camera blocks, blocked bits);
+Same contract as the CPU twin `cpu.py` (rules, camera blocks, blocked bits);
 the GPU computes in float32, the twin in float64.
 """
 
@@ -47,7 +47,7 @@ def _check_view(cp, what: str, view: dict) -> tuple[int, int]:
 def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, max_reproj_error: float,
                         max_depth_diff: float, max_normal_angle: float, min_consistent: int,
                         median: bool, out: dict | None = None) -> dict:
-    """GPU version of `cpu.fusion.fuse_reference` (same arguments; arrays are cupy arrays).
+    """GPU version of `cpu.fuse_reference` (same arguments; arrays are cupy arrays).
 
     ref / neighbors: dicts of cupy arrays: depth [H, W] float32, normal [H, W, 3] float32,
     color [H, W, 3] uint8, blocked [H, W] uint8 (updated in place).

@@ -12,7 +12,7 @@ renormalised, image colours), with support = 1 + agreeing views. p and every agr
 consumed, so later reference views do not emit the same surface again.
 
 Determinism: within a reference view no decision reads a mark written in that view (claims go
-to a separate bit that is folded in after the view, see cpu/fusion.py), so the points do not
+to a separate bit that is folded in after the view, see cpu.py), so the points do not
 depend on thread timing; when several reference pixels agree with the same neighbour pixel, each
 emits its point and the pixel is consumed once. Points are written in (view_idx, pixel) order.
 
@@ -82,7 +82,7 @@ class FusedChunk:
 # ---------------------------------------------------------------------------------------------
 
 class _CpuEngine:
-    """Resident views live in slots of one SlabPool (see cpu/fusion.py); an entry is a slot number."""
+    """Resident views live in slots of one SlabPool (see cpu.py); an entry is a slot number."""
     name = "cpu"
 
     def __init__(self):

@@ -7,10 +7,10 @@ Inputs: OUT/fused.ply. Outputs (settings in `SamplingConfig`):
     OUT/fused_fps_indices.npy  [M] int64 indices of the samples in fused.ply (without pooling)
     OUT/dsm.tif, dsm.json, ortho.png, dsm_hillshade.png   with dsm: true (points/dsm.py)
 
-Steps: optional voxel pre-pooling (mean position/normal/colour per voxel, points/voxel_pool.py),
-FPS (points/fps.py) of num_samples points (or ratio * points; more than the cloud has keeps all of
+Steps: optional voxel pre-pooling (mean position/normal/colour per voxel, points/voxel_pool/),
+FPS (points/fps/) of num_samples points (or ratio * points; more than the cloud has keeps all of
 them, with a warning), attribute transfer (copies from fused.ply, or after pooling an
-inverse-distance interpolation from the 3 nearest fused points, points/three_nn.py). The DSM
+inverse-distance interpolation from the 3 nearest fused points, points/three_nn/). The DSM
 rasterises the full fused cloud. Each part is skipped when its outputs exist, unless
 `overwrite`; every file is written atomically.
 """

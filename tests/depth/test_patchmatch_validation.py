@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.depth.patchmatch import PatchMatchParams, run_patchmatch, validate_problem
+from mvs_pipeline.depth.patchmatch.cuda import compile_options
 from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
 from mvs_pipeline.depth.patchmatch.window import SUPPORTED_WINDOW_RADII, check_window, window_compile_options
 from mvs_pipeline.errors import MVSError
+from mvs_pipeline.paths import CUDA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,21 @@ def test_window_radius_outside_supported_set(problem):
     for step, radii in SUPPORTED_WINDOW_RADII.items():
         for r in radii:
             assert f"-DPM_WINDOW_RADIUS={r}" in window_compile_options(r, step)
+
+
+def test_ci_variants_are_launcher_options():
+    """CI compiles cuda/depth_patchmatch.cu with its `// ci-variant:` lines. Each must be options the
+    launcher passes itself, so CI compiles what runs and no kernel constant gets a second value."""
+    text = (CUDA_DIR / "depth_patchmatch.cu").read_text()
+    variants = [line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("// ci-variant:")]
+    assert len(variants) >= 3
+    for opts in variants:
+        ci = dict(o[2:].split("=", 1) for o in opts)
+        options = compile_options(int(ci["PM_WINDOW_RADIUS"]), int(ci["PM_WINDOW_STEP"]), int(ci["PM_MAX_VIEWS"]),
+                                  geom=ci.get("PM_GEOM") == "1")
+        launcher = dict(o[2:].split("=", 1) for o in options)
+        assert {k: launcher.get(k) for k in ci} == ci
+        assert {"PM_COST_MAX", "PM_MIN_VAR", "PM_NUM_CANDIDATES", "PM_MAX_REFINE"} <= set(ci)
 
 
 @pytest.mark.parametrize("field,value,match", [

@@ -1,4 +1,4 @@
-"""Between-scale operations of multi-scale PatchMatch (mvs_pipeline/scale_ops.py): joint
+"""Between-scale operations of multi-scale PatchMatch (mvs_pipeline/depth/scale_ops/): joint
 bilateral upsampling and the depth post-filter. The Numba twin is checked against independent
 vectorised float64 NumPy references of the documented definitions, then on synthetic scenes
 (a step edge, a ramp with spikes); the CUDA kernels are checked against the twin."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pycolmap
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _as_eth3d(scene: Path, root: Path) -> Path:

@@ -1,4 +1,4 @@
-"""GPU fusion (cuda/fusion.cu) against its CPU twin (cpu/fusion.py) on the same inputs."""
+"""GPU fusion (cuda/fusion.cu) against its CPU twin (fusion/cpu.py) on the same inputs."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 
 `problem` is a PatchMatchProblem (reference + sources + relative poses + depth range); the
 result holds depth, normal, cost and the selected-view bitmask per pixel. Both backends run
-the same algorithm and the same counter-based random draws (see cpu/patchmatch.py for the
+the same algorithm and the same counter-based random draws (see cpu/ for the
 function-by-function description, cuda/depth_patchmatch.cu for the kernels).
 """
 
@@ -31,7 +31,7 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     error). `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a
     pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
     `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
-    `texture_cache` (GPU only, kernels.patchmatch.TextureCache) keeps source textures across calls
+    `texture_cache` (GPU only, cuda.TextureCache) keeps source textures across calls
     for problems that carry src_keys / src_depth_keys / ref_key; `keep_on_device` (GPU only)
     returns CuPy arrays. The CPU backend accepts CuPy priors and source depth maps (downloaded).
     """

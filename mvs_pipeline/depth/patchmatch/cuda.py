@@ -1,6 +1,6 @@
 """Launchers for cuda/depth_patchmatch.cu: typed wrappers, texture objects and device state.
 
-CPU twin: mvs_pipeline/cpu/patchmatch.py (same stage functions, same RNG). Every launcher
+CPU twin: cpu/ (same stage functions, same RNG). Every launcher
 checks dtype, shape, contiguity and device of its arrays and casts scalars, naming the argument.
 
 Source images live in one 2D CUDA texture object each (float16 storage read as float32,
@@ -17,7 +17,7 @@ import numpy as np
 from mvs_pipeline.gpu.checks import check_array
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy, on_gpu
 
-from .cpu import NUM_FPARAMS, NUM_IPARAMS
+from .layout import NUM_FPARAMS, NUM_IPARAMS, layout_compile_options
 from .params import MAX_NUM_REFINE
 from .problem import back_projection
 from .window import MAX_SOURCE_VIEWS, samples_per_row, window_compile_options
@@ -41,7 +41,8 @@ def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLO
                     ) -> tuple[str, ...]:
     """-D options of one kernel variant; geom=True builds the geometric-consistency term in."""
     return (*window_compile_options(radius, step), f"-DPM_MAX_VIEWS={views_capacity(num_sources)}",
-            f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}", f"-DPM_GEOM={int(bool(geom))}")
+            f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}", f"-DPM_GEOM={int(bool(geom))}",
+            *layout_compile_options())
 
 
 def kernel(name: str, options: tuple[str, ...]):

@@ -1,6 +1,6 @@
 """Build a PatchMatchProblem straight from a COLMAP sparse model (tests, benchmarks, debugging).
 
-The pipeline's own view selection lives in `views.py`; this is the minimal stand-alone
+The pipeline's own view selection lives in `mvs_pipeline/views/`; this is the minimal stand-alone
 version: sources = the nearest camera centres whose triangulation angle with the reference at
 its median sparse depth is at least `min_angle_deg`; depth range = the 1st..99th percentile of
 the reference's sparse point depths, widened by `margin`.

@@ -8,39 +8,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cpu
+from . import layout
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, back_projection
 
 
 def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration: int, seed: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-    f = np.zeros(cpu.NUM_FPARAMS, dtype=np.float64)
-    f[cpu.F_SIGMA_SPATIAL] = params.sigma_spatial
-    f[cpu.F_SIGMA_COLOR] = params.sigma_color
-    f[cpu.F_DEPTH_MIN] = problem.depth_min
-    f[cpu.F_DEPTH_MAX] = problem.depth_max
-    f[cpu.F_GOOD_TAU] = params.good_threshold_at(iteration)
-    f[cpu.F_BAD] = params.bad_threshold
-    f[cpu.F_GOOD_SIGMA] = params.good_cost_sigma
-    f[cpu.F_FALLBACK_SIGMA] = params.fallback_sigma
-    f[cpu.F_PRIOR_SEL] = params.prior_selected
-    f[cpu.F_PRIOR_UNSEL] = params.prior_unselected
-    f[cpu.F_PERTURB] = params.perturbation_at(iteration)
-    f[cpu.F_GEOM_WEIGHT] = params.geom_weight
-    f[cpu.F_GEOM_CAP] = params.geom_cap
-    i = np.zeros(cpu.NUM_IPARAMS, dtype=np.int64)
-    i[cpu.I_RADIUS] = params.window_radius
-    i[cpu.I_STEP] = params.window_step
-    i[cpu.I_TOP_K] = params.init_top_k
-    i[cpu.I_MIN_GOOD] = params.min_good_count
-    i[cpu.I_MAX_BAD] = params.max_bad_count
-    i[cpu.I_SAMPLES] = params.view_samples
-    i[cpu.I_NUM_REFINE] = params.num_refine
-    i[cpu.I_INV_DEPTH] = int(params.init_inverse_depth)
-    i[cpu.I_SEED] = int(seed) & 0xFFFFFFFF
-    i[cpu.I_ITER] = iteration
-    i[cpu.I_GEOM] = int(problem.src_depths is not None)
+    f = np.zeros(layout.NUM_FPARAMS, dtype=np.float64)
+    f[layout.F_SIGMA_SPATIAL] = params.sigma_spatial
+    f[layout.F_SIGMA_COLOR] = params.sigma_color
+    f[layout.F_DEPTH_MIN] = problem.depth_min
+    f[layout.F_DEPTH_MAX] = problem.depth_max
+    f[layout.F_GOOD_TAU] = params.good_threshold_at(iteration)
+    f[layout.F_BAD] = params.bad_threshold
+    f[layout.F_GOOD_SIGMA] = params.good_cost_sigma
+    f[layout.F_FALLBACK_SIGMA] = params.fallback_sigma
+    f[layout.F_PRIOR_SEL] = params.prior_selected
+    f[layout.F_PRIOR_UNSEL] = params.prior_unselected
+    f[layout.F_PERTURB] = params.perturbation_at(iteration)
+    f[layout.F_GEOM_WEIGHT] = params.geom_weight
+    f[layout.F_GEOM_CAP] = params.geom_cap
+    i = np.zeros(layout.NUM_IPARAMS, dtype=np.int64)
+    i[layout.I_RADIUS] = params.window_radius
+    i[layout.I_STEP] = params.window_step
+    i[layout.I_TOP_K] = params.init_top_k
+    i[layout.I_MIN_GOOD] = params.min_good_count
+    i[layout.I_MAX_BAD] = params.max_bad_count
+    i[layout.I_SAMPLES] = params.view_samples
+    i[layout.I_NUM_REFINE] = params.num_refine
+    i[layout.I_INV_DEPTH] = int(params.init_inverse_depth)
+    i[layout.I_SEED] = int(seed) & 0xFFFFFFFF
+    i[layout.I_ITER] = iteration
+    i[layout.I_GEOM] = int(problem.src_depths is not None)
     return f, i
 
 

@@ -6,7 +6,7 @@ post-filter used between the scales of multi-scale PatchMatch.
     postfilter_depth(depth [H, W], cost [H, W], max_cost, median) -> depth [H, W] float32
 
 Same float32 arithmetic in the same order as the kernels, so CPU and GPU agree to a few ulps
-(expf may differ in the last bit). Arguments are assumed validated by mvs_pipeline/scale_ops.py:
+(expf may differ in the last bit). Arguments are assumed validated by ops.py:
 a_s = 1 / (2 sigma_spatial^2) and a_r = 1 / (2 sigma_range^2) as float32 scalars, max_cost the
 largest float32 not above the requested threshold.
 """

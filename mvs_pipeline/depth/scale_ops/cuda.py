@@ -1,9 +1,9 @@
 """CuPy launchers of `cuda/depth_scale_ops.cu`: joint bilateral upsampling and the depth post-filter.
 
-CPU twin: mvs_pipeline/cpu/scale_ops.py (same float32 arithmetic). Every launcher checks dtype,
+CPU twin: cpu.py (same float32 arithmetic). Every launcher checks dtype,
 shape, contiguity and device of its arrays and casts scalars; outputs are allocated poisoned
 (NaN) so a pixel the kernel missed cannot pass for a result. Scalars are passed as the public
-module prepares them (mvs_pipeline/scale_ops.py), which also owns the definitions.
+module prepares them (ops.py), which also owns the definitions.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ post-filter drops poorly matched pixels and replaces isolated outliers by a medi
     depth = postfilter_depth(depth [H, W], cost [H, W], max_cost, median=True)
 
 NumPy in, NumPy out (float32); on the CUDA backend CuPy inputs are accepted and checked on the
-device, and `keep_on_device` returns CuPy arrays. Both backends (`cpu`: Numba, mvs_pipeline/cpu/scale_ops.py;
+device, and `keep_on_device` returns CuPy arrays. Both backends (`cpu`: Numba, cpu.py;
 `cuda`: cuda/depth_scale_ops.cu) compute exactly the definitions below in float32.
 
 JBU. For fine pixel (X, Y): c = ((X + 0.5) w / W - 0.5, (Y + 0.5) h / H - 0.5) in coarse pixel

@@ -7,7 +7,7 @@
                polling warps) is compiled in through -D options, one cached module per shape.
 
 Both take validated float32 CuPy arrays (see mvs_pipeline/points/validate.py) and return the
-same index sequence as mvs_pipeline/cpu/fps.py.
+same index sequence as cpu.py.
 """
 
 from __future__ import annotations

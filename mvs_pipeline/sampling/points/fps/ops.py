@@ -3,7 +3,7 @@
     farthest_point_sampling(xyz [N, 3], M, start_index=0) -> indices [M] int64, in selection order
     farthest_point_sampling_batch(xyz [B, N, 3], M, start_index=0) -> indices [B, M] int64
 
-Every backend and method returns the same sequence (definition in mvs_pipeline/cpu/fps.py):
+Every backend and method returns the same sequence (definition in cpu.py):
 squared float32 distances, the start index first, ties to the lower index, distinct indices.
 
 Methods: `tree` prunes with spatial bounds (GPU: one persistent launch over all SMs; CPU: a Numba

@@ -1,6 +1,6 @@
 """CuPy launchers of `cuda/sampling_three_nn.cu`: grid three-NN, three_interpolate forward/backward.
 
-Inputs are validated float32/int32 CuPy arrays; results match mvs_pipeline/cpu/three_nn.py
+Inputs are validated float32/int32 CuPy arrays; results match cpu.py
 bit for bit (the backward pass up to float summation order: it uses atomics).
 """
 

@@ -1,7 +1,7 @@
 """Voxel pooling on the CPU: twins of `cuda/sampling_voxel_pool.cu` and a NumPy `np.unique` reference.
 
 Cell keys, the stable sort and the interval starts are computed by array code shared with the
-GPU path (mvs_pipeline/points/voxel_pool.py); these functions only reduce the intervals.
+GPU path (ops.py); these functions only reduce the intervals.
 """
 
 from __future__ import annotations

@@ -1,0 +1,200 @@
+"""Matching cost: reference window, bilateral NCC against one source, the geometric term, per-source costs.
+
+Part of the CPU twin of cuda/depth_patchmatch.cu (package docstring: conventions)."""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from ..layout import COST_MAX, F_GEOM_CAP, F_GEOM_WEIGHT, I_GEOM, I_RADIUS, I_STEP, MIN_VAR
+from .geometry import pixel_ray
+
+
+@njit(cache=True)
+def ref_window(ref, x, y, radius, step, sigma_spatial, sigma_color, rv, rw):
+    """Fill rv (values minus the centre pixel's) and rw (bilateral weights, summing to 1).
+
+    Returns (weighted mean of rv, weighted variance of rv). ACMM's weight form:
+    exp(-|d| / (2 sigma_s^2) - |I - I_centre| / (2 sigma_c^2)) with |d| the Euclidean offset.
+    Samples off the reference image repeat its border pixels.
+    """
+    H, W = ref.shape
+    centre = ref[y, x]
+    inv_s = 1.0 / (2.0 * sigma_spatial * sigma_spatial)
+    inv_c = 1.0 / (2.0 * sigma_color * sigma_color)
+    k = 0
+    wsum = 0.0
+    for dy in range(-radius, radius + 1, step):
+        yy = min(max(y + dy, 0), H - 1)
+        for dx in range(-radius, radius + 1, step):
+            xx = min(max(x + dx, 0), W - 1)
+            val = ref[yy, xx] - centre
+            w = math.exp(-math.sqrt(dx * dx + dy * dy) * inv_s - abs(val) * inv_c)
+            rv[k] = val
+            rw[k] = w
+            wsum += w
+            k += 1
+    mean = 0.0
+    sq = 0.0
+    for i in range(k):
+        rw[i] /= wsum
+        mean += rw[i] * rv[i]
+        sq += rw[i] * rv[i] * rv[i]
+    return mean, sq - mean * mean
+
+
+@njit(cache=True, inline="always")
+def sample_bilinear(img, w, h, sx, sy):
+    """Bilinear sample at image coordinates (pixel centres at +0.5), clamp-to-edge addressing."""
+    fx = sx - 0.5
+    fy = sy - 0.5
+    x0 = math.floor(fx)
+    y0 = math.floor(fy)
+    ax = fx - x0
+    ay = fy - y0
+    xa = min(max(int(x0), 0), w - 1)
+    xb = min(max(int(x0) + 1, 0), w - 1)
+    ya = min(max(int(y0), 0), h - 1)
+    yb = min(max(int(y0) + 1, 0), h - 1)
+    top = img[ya, xa] * (1.0 - ax) + img[ya, xb] * ax
+    bot = img[yb, xa] * (1.0 - ax) + img[yb, xb] * ax
+    return top * (1.0 - ay) + bot * ay
+
+
+@njit(cache=True, inline="always")
+def row_coefficients(Hm, xc, yr):
+    """Division-free sample positions along one window row: x_src(dx) = bx + dx (ax + cx dx).
+
+    x_src(dx) = (u0 + h00 dx) / (w0 + h20 dx) expanded about the row's centre column dx = 0:
+    bx = u0 / w0, slope ax = (h00 - bx h20) / w0, and the curvature term cx = -ax g with
+    g = h20 / w0 (the next term, ax g^2 dx^3, is what is left: < 0.02 px for the supported
+    windows at realistic poses, where the linear part alone reaches 0.1 px). Same for y.
+    Returns (bx, ax, cx, by, ay, cy).
+    """
+    u0 = Hm[0, 0] * xc + Hm[0, 1] * yr + Hm[0, 2]
+    v0 = Hm[1, 0] * xc + Hm[1, 1] * yr + Hm[1, 2]
+    w0 = Hm[2, 0] * xc + Hm[2, 1] * yr + Hm[2, 2]
+    inv = 1.0 / w0
+    g = Hm[2, 0] * inv
+    bx = u0 * inv
+    by = v0 * inv
+    ax = (Hm[0, 0] - bx * Hm[2, 0]) * inv
+    ay = (Hm[1, 0] - by * Hm[2, 0]) * inv
+    return bx, ax, -ax * g, by, ay, -ay * g
+
+
+@njit(cache=True)
+def window_cost(rv, rw, mean_r, var_r, centre, src, sw, sh, Hm, x, y, radius, step):
+    """1 - bilateral NCC of the window at (x, y) mapped through homography Hm [3, 3].
+
+    COST_MAX when any corner sample of the window maps outside [0, sw] x [0, sh] or behind the
+    source, or when either side has no variance. Within a window row the sample positions come
+    from `row_coefficients` (one division per row, none per sample), as on the GPU.
+    """
+    if var_r < MIN_VAR:
+        return COST_MAX
+    xc = x + 0.5
+    for cy in (-radius, radius):
+        for cx in (-radius, radius):
+            px = xc + cx
+            py = y + 0.5 + cy
+            wz = Hm[2, 0] * px + Hm[2, 1] * py + Hm[2, 2]
+            if not wz > 0.0:
+                return COST_MAX
+            u = (Hm[0, 0] * px + Hm[0, 1] * py + Hm[0, 2]) / wz
+            v = (Hm[1, 0] * px + Hm[1, 1] * py + Hm[1, 2]) / wz
+            if not (u >= 0.0 and u <= sw and v >= 0.0 and v <= sh):
+                return COST_MAX
+    k = 0
+    s1 = 0.0
+    s2 = 0.0
+    s12 = 0.0
+    for dy in range(-radius, radius + 1, step):
+        bx, ax, qx, by, ay, qy = row_coefficients(Hm, xc, y + 0.5 + dy)
+        for dx in range(-radius, radius + 1, step):
+            s = sample_bilinear(src, sw, sh, bx + dx * (ax + qx * dx), by + dx * (ay + qy * dx)) - centre
+            w = rw[k]
+            s1 += w * s
+            s2 += w * s * s
+            s12 += w * rv[k] * s
+            k += 1
+    var_s = s2 - s1 * s1
+    if var_s < MIN_VAR:
+        return COST_MAX
+    ncc = (s12 - mean_r * s1) / math.sqrt(var_r * var_s)
+    return min(COST_MAX, max(0.0, 1.0 - ncc))
+
+
+@njit(cache=True, inline="always")
+def geom_cost(gdepth, sw, sh, M, e, Minv, f, x, y, depth, cap):
+    """Forward-backward reprojection error (px) of this pixel's hypothesis through one source.
+
+    ACMM's geometric consistency: X = depth K_ref^-1 (u, v, 1) projects to (us, vs) in the
+    source; the source's own depth map (nearest pixel, as the GPU's point-filtered texture)
+    gives ds there; ds K_src^-1 (us, vs, 1) projected back into the reference lands at (u', v');
+    the cost is |(u', v') - (u, v)| capped at `cap` (also for misses and empty source pixels).
+    With M = K_src R K_ref^-1, e = K_src t: depth * M (u, v, 1) + e projects X, and with
+    Minv = M^-1, f = Minv e: ds * Minv (us, vs, 1) - f projects the source point back.
+    """
+    u = x + 0.5
+    v = y + 0.5
+    qx = depth * (M[0, 0] * u + M[0, 1] * v + M[0, 2]) + e[0]
+    qy = depth * (M[1, 0] * u + M[1, 1] * v + M[1, 2]) + e[1]
+    qz = depth * (M[2, 0] * u + M[2, 1] * v + M[2, 2]) + e[2]
+    if not qz > 0.0:
+        return cap
+    us = qx / qz
+    vs = qy / qz
+    if not (us >= 0.0 and us < sw and vs >= 0.0 and vs < sh):
+        return cap
+    ds = gdepth[int(math.floor(vs)), int(math.floor(us))]
+    if not (ds > 0.0 and ds < math.inf):
+        return cap
+    px = ds * (Minv[0, 0] * us + Minv[0, 1] * vs + Minv[0, 2]) - f[0]
+    py = ds * (Minv[1, 0] * us + Minv[1, 1] * vs + Minv[1, 2]) - f[1]
+    pz = ds * (Minv[2, 0] * us + Minv[2, 1] * vs + Minv[2, 2]) - f[2]
+    if not pz > 0.0:
+        return cap
+    err = math.sqrt((px / pz - u) ** 2 + (py / pz - v) ** 2)
+    return min(err, cap)
+
+
+@njit(cache=True)
+def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+               nx, ny, nz, depth, weights, all_views, out, Hm):
+    """Per-source costs of hypothesis (n, depth) at pixel (x, y) into out [S].
+
+    With all_views False, sources whose weight is 0 are skipped (left at COST_MAX): the
+    refinement and the current hypothesis only need the weighted ones. In a geometric pass
+    (iparams[I_GEOM]) each scored source adds F_GEOM_WEIGHT x geom_cost; geo = (source depth
+    maps [S, Hmax, Wmax], Minv [S, 3, 3], f [S, 3]).
+    """
+    S = srcs.shape[0]
+    radius, step = iparams[I_RADIUS], iparams[I_STEP]
+    r0, r1, r2 = pixel_ray(K_inv, x, y)
+    d = -(nx * r0 + ny * r1 + nz * r2) * depth
+    for s in range(S):
+        out[s] = COST_MAX
+    if not (d > 0.0 and depth > 0.0):
+        return
+    # v = K_ref^-T n / d
+    v0 = (K_inv[0, 0] * nx + K_inv[1, 0] * ny + K_inv[2, 0] * nz) / d
+    v1 = (K_inv[0, 1] * nx + K_inv[1, 1] * ny + K_inv[2, 1] * nz) / d
+    v2 = (K_inv[0, 2] * nx + K_inv[1, 2] * ny + K_inv[2, 2] * nz) / d
+    geom = iparams[I_GEOM] != 0
+    gdepths, Minv, fvec = geo
+    for s in range(S):
+        if not all_views and weights[s] == 0:
+            continue
+        for i in range(3):
+            Hm[i, 0] = M[s, i, 0] - e[s, i] * v0
+            Hm[i, 1] = M[s, i, 1] - e[s, i] * v1
+            Hm[i, 2] = M[s, i, 2] - e[s, i] * v2
+        c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
+                        x, y, radius, step)
+        if geom:
+            c += fparams[F_GEOM_WEIGHT] * geom_cost(gdepths[s], sizes[s, 0], sizes[s, 1], M[s], e[s], Minv[s],
+                                                    fvec[s], x, y, depth, fparams[F_GEOM_CAP])
+        out[s] = c
