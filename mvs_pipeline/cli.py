@@ -11,7 +11,8 @@ from . import __version__
 from .errors import MVSError
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
-COMMANDS = ["run", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm"]
+COMMANDS = ["run", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm", "doctor",
+            "build-kernels"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors, no progress bars")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"mvs_pipeline.commands.{name}").register(sub)
+        importlib.import_module(f"mvs_pipeline.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 

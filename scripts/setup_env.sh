@@ -35,3 +35,10 @@ spec="."
 echo "installing mvs-pipeline$([ -n "$extras" ] && echo "[$extras]") into $venv ..."
 "$venv/bin/python" -m pip install -q -e "$spec" 2>&1 | grep -v '^WARNING' || true
 "$venv/bin/python" -c 'import mvs_pipeline, open3d, pycolmap' || { echo "error: install check failed" >&2; exit 1; }
+# Precompile the kernels for this machine's GPU when nvcc is here too (otherwise CuPy compiles
+# them with NVRTC at first use, ~15 s on a fresh machine); `mvs-pipeline doctor` shows the result.
+if command -v nvcc >/dev/null && cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1) \
+    && [ -n "$cc" ]; then
+  "$venv/bin/mvs-pipeline" -q build-kernels --archs "${cc/./}" \
+    || echo "warning: kernel precompilation failed; kernels compile at first use instead" >&2
+fi

@@ -14,7 +14,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"no usable GPU: {_CUDA_REASON}")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:  # the marker, not the keyword: tests/gpu/ is a folder name
             item.add_marker(skip)
 
 

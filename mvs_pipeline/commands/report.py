@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..evaluation.report import write_report  # noqa: PLC0415 (matplotlib import is slow)
+    from ..evaluation.report import write_report  # noqa: PLC0415 (imports cv2)
 
     if not args.run_dir.is_dir():
         raise MVSError(f"{args.run_dir}: run folder not found")

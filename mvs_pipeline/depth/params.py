@@ -36,6 +36,9 @@ class DepthConfig:
         "post-filter the final depth maps with a median over checkerboard neighbours"))
     filter_max_cost: float | None = field(default=None, metadata=meta(
         "post-filter: drop final depths whose aggregated cost exceeds this (null = keep all)", "cost", (0.0, 10.0)))
+    preview_max_size: int | None = field(default=640, metadata=meta(
+        "long side of the PNG previews in stereo/previews/ (every k-th pixel); the maps themselves keep "
+        "their size (null = previews at full size)", "px", (16, 100000)))
     sync_maps: bool = field(default=False, metadata=meta(
         "fsync every map file before it counts as written (survives a power loss; slower: the maps of "
         "21 views at 3200 px are ~11 GB). Off, maps are still written atomically and a rerun redoes any "

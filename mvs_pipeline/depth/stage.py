@@ -170,7 +170,7 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     on_gpu = backend == "cuda"
     images = GreyImageCache(scene, threads=min(8, os.cpu_count() or 1))
-    writer = MapWriter(durable=cfg.depth.sync_maps)
+    writer = MapWriter(durable=cfg.depth.sync_maps, preview_max_size=cfg.depth.preview_max_size)
     textures = None
     if on_gpu:   # sources and reference images stay on the GPU across references and passes
         from ..gpu.loader import import_cupy  # noqa: PLC0415

@@ -67,11 +67,13 @@ class MapWriter:
     """Background writer of view maps; `submit` blocks only while more than `max_pending_bytes`
     of maps are queued (bounded host memory when the disk is slower than the GPU)."""
 
-    def __init__(self, threads: int = 8, durable: bool = False, max_pending_bytes: int = 4 << 30):
+    def __init__(self, threads: int = 8, durable: bool = False, max_pending_bytes: int = 4 << 30,
+                 preview_max_size: int | None = None):
         self._pool = ThreadPoolExecutor(max_workers=threads)
         self._pending: deque = deque()
         self._pending_bytes = 0
         self.durable = durable
+        self.preview_max_size = preview_max_size
         self.max_pending_bytes = max_pending_bytes
         self.seconds = 0.0        # writing, summed over the writer threads (overlaps with compute)
         self.valid_pixels = 0     # positive depths in the final maps written
@@ -93,7 +95,8 @@ class MapWriter:
             valid = 0
             if preview is not None:
                 stem, depth_range = preview
-                write_previews(stem, maps.depth, np.moveaxis(maps.normal_planes, 0, 2), maps.cost, depth_range)
+                write_previews(stem, maps.depth, np.moveaxis(maps.normal_planes, 0, 2), maps.cost, depth_range,
+                               self.preview_max_size)
                 valid = int((maps.depth > 0).sum())
             return time.perf_counter() - t0, valid
 

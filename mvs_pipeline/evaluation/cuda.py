@@ -193,3 +193,8 @@ def evaluate_point_results_cuda(recon32: np.ndarray, gt_world: np.ndarray, scans
     cp.cuda.Device().synchronize()
     seconds["accuracy"] = time.perf_counter() - t0
     return cp, gt_dist2, best, front, seconds
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles."""
+    return [(CU, ())]

@@ -1,167 +1,125 @@
 """OUT/report.json (every number of a run) and OUT/report.html (one self-contained page).
 
-The page embeds its images as base64 PNGs and has no external reference (no scripts, fonts or
-styles from the network): it can be mailed or opened offline. Plots use matplotlib's Agg canvas
-directly (no pyplot, no display). Sections appear for whatever the run folder holds:
+The page embeds everything (PNG previews as base64, charts as inline SVG, clouds in a small
+WebGL viewer with its points inline) and references nothing on the network: it can be mailed
+or opened offline. Its cost does not grow with the run: it reads the stages' previews, never
+the full-size maps or clouds (those are read only for a run made before previews existed).
+Sections appear for whatever the run folder holds:
 
-  config.resolved.yaml            settings
-  run.json                        backend, per-stage timings, counts
-  stereo/depth_maps/*.bin         depth previews (+ normal_maps/, and cost maps from any
-  stereo/normal_maps/*.bin        stereo/*cost*/ folder), up to `max_views` views
-  eval/eth3d_*.json               accuracy / completeness / F1 against tolerance
-  eval/depth.json                 depth-map metrics and error histograms
-  eval/depth_errors/*.png         per-image depth error images
-  fused.ply, fused_fps.ply        rendered views of the clouds
+  config.resolved.yaml             settings
+  run.json                         backend, per-stage timings, counts
+  stereo/previews/<image>.*.png    depth / normal / cost previews (depth stage), up to
+  stereo/previews/<image>.json     `max_views` views; statistics of every depth map
+  eval/eth3d_*.json                accuracy / completeness / F1 against tolerance
+  eval/depth.json                  depth-map metrics and error histograms
+  eval/depth_errors/*.png          per-image depth error images
+  previews/fused.npz, fused_fps.npz   subsamples and statistics of the clouds (fusion, sampling)
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import logging
 import math
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from ..io.atomic import atomic_write_text
-from ..io.colmap_maps import read_colmap_array
+from ..io.cloud_preview import read_cloud_preview
+from ..io.colmap_maps import cost_preview, depth_map_stats, depth_preview, normal_preview, read_colmap_array
 from .depth_metrics import find_run_depth_maps
 from .jsonutil import to_json
+from .report_charts import bar_chart, line_chart, step_chart
+from .report_viewer import VIEWER_SCRIPT, cloud_canvas
 
 log = logging.getLogger(__name__)
 
 CLOUD_NAMES = ("fused.ply", "fused_fps.ply")
 EVAL_DIR = "eval"
+PREVIEW_MAX_SIZE = 640  # px: larger preview PNGs (runs made before they were shrunk) are shrunk here
+MAPS = ("depth", "normal", "cost")
 
 
 # ---------------------------------------------------------------------------------------------
-# Figures
+# Pieces of the page
 # ---------------------------------------------------------------------------------------------
 
-def _figure(w: float, h: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
-    from matplotlib.figure import Figure  # noqa: PLC0415
-
-    fig = Figure(figsize=(w, h), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png_data_uri(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+def _png_data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def _file_data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    return _png_data_uri(path.read_bytes())
 
 
-def _finite_range(a: np.ndarray, lo_pct=2.0, hi_pct=98.0) -> tuple[float, float] | None:
-    v = a[np.isfinite(a) & (a > 0)] if a.ndim == 2 else a[np.isfinite(a)]
-    if v.size == 0:
-        return None
-    lo, hi = np.percentile(v, [lo_pct, hi_pct])
-    return float(lo), float(hi if hi > lo else lo + 1e-6)
+def _encode_png(bgr: np.ndarray) -> bytes:
+    import cv2  # noqa: PLC0415
+
+    ok, buf = cv2.imencode(".png", bgr)
+    return buf.tobytes() if ok else b""
 
 
-def plot_view_maps(name: str, depth: np.ndarray | None, normal: np.ndarray | None, cost: np.ndarray | None) -> str:
-    panels = [(t, a) for t, a in (("depth", depth), ("normal", normal), ("cost", cost)) if a is not None]
-    fig = _figure(3.2 * len(panels), 2.8)
-    for k, (title, a) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), k + 1)
-        ax.set_axis_off()
-        if title == "normal":
-            valid = np.isfinite(a).all(-1) & (np.abs(a).sum(-1) > 0)
-            rgb = np.where(valid[..., None], np.clip((np.nan_to_num(a) + 1) / 2, 0, 1), 0.0)
-            ax.imshow(rgb)
-        else:
-            rng = _finite_range(a)
-            shown = np.where(np.isfinite(a) & ((a > 0) if title == "depth" else True), a, np.nan)
-            im = ax.imshow(shown, cmap="turbo" if title == "depth" else "magma",
-                           vmin=rng[0] if rng else None, vmax=rng[1] if rng else None)
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-        ax.set_title(f"{title}", fontsize=9)
-    fig.suptitle(name, fontsize=9)
-    return _png_data_uri(fig)
+def _preview_png(path: Path) -> bytes:
+    """A preview PNG's bytes, shrunk first when it is larger than PREVIEW_MAX_SIZE (the size is
+    read from the PNG header, so a small preview is embedded without decoding it)."""
+    import cv2  # noqa: PLC0415
+
+    data = path.read_bytes()
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and max(struct.unpack(">II", data[16:24])) <= PREVIEW_MAX_SIZE:
+        return data
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
+        log.warning("%s: not a readable image; left out of the report", path)
+        return b""
+    k = -(-max(img.shape[:2]) // PREVIEW_MAX_SIZE)
+    return _encode_png(img[::k, ::k])
 
 
-def plot_eth3d_curves(results: dict[str, dict]) -> str:
-    fig = _figure(10, 3.2)
-    for k, metric in enumerate(("accuracy", "completeness", "f1")):
-        ax = fig.add_subplot(1, 3, k + 1)
-        for label, r in results.items():
-            ax.plot(r["tolerances"], r[metric], marker="o", label=label)
-        ax.set_xscale("log")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("tolerance (m)")
-        ax.set_title(metric if metric != "f1" else "F1")
-        ax.grid(True, which="both", alpha=0.3)
-        if k == 2:
-            ax.legend(fontsize=8)
-    return _png_data_uri(fig)
+def _maps_from_files(stereo: Path, cost_root: Path | None, name: str, depth_path: Path) -> dict[str, bytes]:
+    """Previews made from the maps themselves (a run without stereo/previews/)."""
+    out = {}
+    depth = read_colmap_array(depth_path)
+    k = -(-max(depth.shape) // PREVIEW_MAX_SIZE)
+    out["depth"] = _encode_png(depth_preview(depth)[::k, ::k])
+    npath = _map_for(stereo / "normal_maps", name)
+    normal = read_colmap_array(npath) if npath else None
+    if normal is not None and normal.ndim == 3:
+        out["normal"] = _encode_png(normal_preview(normal[::k, ::k]))
+    cpath = _map_for(cost_root, name) if cost_root else None
+    cost = read_colmap_array(cpath) if cpath else None
+    if cost is not None:
+        out["cost"] = _encode_png(cost_preview(cost[..., 0] if cost.ndim == 3 else cost)[::k, ::k])
+    return out
 
 
-def plot_timings(stage_seconds: dict) -> str:
-    fig = _figure(6, 0.4 * len(stage_seconds) + 0.8)
-    ax = fig.add_subplot(1, 1, 1)
-    names = list(stage_seconds)
-    ax.barh(names, [stage_seconds[n] for n in names], color="tab:blue")
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds")
-    return _png_data_uri(fig)
+def _view_figure(name: str, pngs: dict[str, bytes]) -> str:
+    esc = html.escape
+    imgs = "".join(f'<img class=map alt="{esc(name)} {kind}" title="{kind}" src="{_png_data_uri(pngs[kind])}">'
+                   for kind in MAPS if pngs.get(kind))
+    return f"<figure>{imgs}<figcaption>{esc(name)}: depth, normal, cost</figcaption></figure>"
 
 
-def plot_depth_histograms(hist: dict) -> str:
-    edges = np.asarray(hist["edges"])
-    fig = _figure(10, 3)
-    for k, (key, unit) in enumerate((("abs", "absolute error (m)"), ("rel", "relative error"))):
-        ax = fig.add_subplot(1, 2, k + 1)
+def _eth3d_charts(results: dict[str, dict]) -> str:
+    return "".join(line_chart({label: (r["tolerances"], r[metric]) for label, r in results.items()},
+                              title, "tolerance (m)", log_x=True, y_range=(0.0, 1.0))
+                   for metric, title in (("accuracy", "accuracy"), ("completeness", "completeness"), ("f1", "F1")))
+
+
+def _histogram_charts(hist: dict) -> str:
+    edges = [float(e) for e in hist["edges"]]
+    charts = []
+    for key, unit in (("abs", "absolute error (m)"), ("rel", "relative error")):
         counts = np.asarray(hist[key], dtype=float)
-        if counts.sum() > 0:
-            nz = np.flatnonzero(counts)
-            sl = slice(max(nz[0] - 1, 0), min(nz[-1] + 2, len(counts)))
-            ax.stairs(counts[sl] / counts.sum(), edges[sl.start: sl.stop + 1], fill=True)
-        ax.set_xscale("log")
-        ax.set_xlabel(unit)
-        ax.set_ylabel("fraction of pixels")
-    return _png_data_uri(fig)
-
-
-def plot_cloud(xyz: np.ndarray, colors: np.ndarray | None, title: str, max_points: int = 100_000,
-               seed: int = 0) -> str:
-    """Three orthographic-ish views of a point cloud (matplotlib 3-D scatter of a subsample)."""
-    rng = np.random.default_rng(seed)
-    if len(xyz) > max_points:
-        idx = rng.choice(len(xyz), max_points, replace=False)
-        xyz = xyz[idx]
-        colors = colors[idx] if colors is not None else None
-    fig = _figure(12, 4)
-    if len(xyz) == 0:
-        ax = fig.add_subplot(1, 1, 1)
-        ax.text(0.5, 0.5, "empty cloud", ha="center")
-        ax.set_axis_off()
-        return _png_data_uri(fig)
-    centre = np.median(xyz, axis=0)
-    span = np.percentile(np.abs(xyz - centre), 98, axis=0).max() or 1.0
-    c = colors / 255.0 if colors is not None else None
-    size = float(np.clip(30000.0 / len(xyz), 0.2, 4.0))  # sparse clouds get bigger dots
-    for k, (elev, azim) in enumerate(((20, -60), (20, 30), (85, -90))):
-        ax = fig.add_subplot(1, 3, k + 1, projection="3d")
-        ax.scatter(xyz[:, 0], xyz[:, 1], xyz[:, 2], s=size, c=c if c is not None else xyz[:, 2],
-                   cmap=None if c is not None else "viridis", linewidths=0)
-        ax.view_init(elev=elev, azim=azim)
-        for setter, i in ((ax.set_xlim, 0), (ax.set_ylim, 1), (ax.set_zlim, 2)):
-            setter(centre[i] - span, centre[i] + span)
-        ax.set_box_aspect((1, 1, 1))
-        ax.set_axis_off()
-    fig.suptitle(title, fontsize=10)
-    return _png_data_uri(fig)
+        total = counts.sum()
+        charts.append(step_chart(edges, (counts / total if total > 0 else counts).tolist(),
+                                 "fraction of pixels", unit))
+    return "".join(charts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,25 +151,8 @@ def _cost_dir(stereo: Path) -> Path | None:
     return None
 
 
-def _map_stats(a: np.ndarray) -> dict:
-    valid = np.isfinite(a) & (a > 0)
-    v = a[valid]
-    return {"height": int(a.shape[0]), "width": int(a.shape[1]), "valid_fraction": float(valid.mean()),
-            "min": float(v.min()) if v.size else None, "median": float(np.median(v)) if v.size else None,
-            "max": float(v.max()) if v.size else None}
-
-
-def _cloud_stats(xyz: np.ndarray) -> dict:
-    if len(xyz) == 0:
-        return {"points": 0}
-    return {"points": int(len(xyz)), "bbox_min": xyz.min(0).tolist(), "bbox_max": xyz.max(0).tolist(),
-            "centroid": xyz.mean(0).tolist()}
-
-
 def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000, with_figures: bool = True):
     """(report dict with every number, list of html sections)."""
-    from ..io.ply import read_ply  # noqa: PLC0415
-
     report: dict = {"run_dir": str(run_dir)}
     sections: list[str] = []
     esc = html.escape
@@ -232,33 +173,29 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
         if counts:
             body += f"<table><tr><th>count</th><th>value</th></tr>{counts}</table>"
         if with_figures and run.get("stage_seconds"):
-            body += f'<img alt="stage timings" src="{plot_timings(run["stage_seconds"])}">'
+            body += bar_chart(run["stage_seconds"], "seconds per stage")
         sections.append(f"<h2>Timings</h2>{body}")
 
-    # Stereo previews.
+    # Stereo previews: the depth stage's PNGs and statistics; the maps only for older runs.
     stereo = run_dir / "stereo"
     depth_maps = find_run_depth_maps(run_dir)
     if depth_maps:
         cost_root = _cost_dir(stereo)
         views = {}
-        imgs = []
+        figures = []
         for k, (name, path) in enumerate(sorted(depth_maps.items())):
-            depth = read_colmap_array(path)
-            views[name] = _map_stats(depth)
+            stem = stereo / "previews" / name
+            stats_path = stem.with_name(f"{stem.name}.json")
+            stats = _read_json(stats_path) if stats_path.is_file() else None
+            views[name] = stats if stats is not None else depth_map_stats(read_colmap_array(path))
             if k >= max_views or not with_figures:
                 continue
-            npath = _map_for(stereo / "normal_maps", name)
-            cpath = _map_for(cost_root, name) if cost_root else None
-            normal = read_colmap_array(npath) if npath else None
-            cost = read_colmap_array(cpath) if cpath else None
-            if normal is not None and normal.ndim != 3:
-                normal = None
-            if cost is not None and cost.ndim == 3:
-                cost = cost[..., 0]
-            imgs.append(f'<img alt="{esc(name)}" src="{plot_view_maps(name, depth, normal, cost)}">')
+            files = {kind: stem.with_name(f"{stem.name}.{kind}.png") for kind in MAPS}
+            pngs = {kind: _preview_png(f) for kind, f in files.items() if f.is_file()}
+            figures.append(_view_figure(name, pngs or _maps_from_files(stereo, cost_root, name, path)))
         report["depth_maps"] = views
         more = f"<p>{len(depth_maps) - max_views} more views not shown.</p>" if len(depth_maps) > max_views else ""
-        sections.append(f"<h2>Depth / normal / cost maps</h2>{''.join(imgs)}{more}")
+        sections.append(f"<h2>Depth / normal / cost maps</h2>{''.join(figures)}{more}")
 
     # ETH3D evaluations.
     eval_dir = run_dir / EVAL_DIR
@@ -277,7 +214,7 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
             body += (f"<h3>{esc(label)}</h3>{notes}<table><tr><th>tolerance (m)</th><th>accuracy</th>"
                      f"<th>completeness</th><th>F1</th></tr>{rows}</table>")
         if with_figures:
-            body = f'<img alt="ETH3D scores" src="{plot_eth3d_curves(eth3d)}">' + body
+            body = f"<div class=charts>{_eth3d_charts(eth3d)}</div>" + body
         sections.append(f"<h2>ETH3D evaluation</h2>{body}")
 
     depth_json = eval_dir / "depth.json"
@@ -296,7 +233,7 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
                            for n, m in [*d.get("images", {}).items(), ("OVERALL", d["overall"])])
             body = f"<table><tr><th>image</th>{head}</tr>{rows}</table>"
             if with_figures and "histograms" in d:
-                body += f'<img alt="depth error histograms" src="{plot_depth_histograms(d["histograms"])}">'
+                body += f"<div class=charts>{_histogram_charts(d['histograms'])}</div>"
             err_dir = eval_dir / "depth_errors"
             if err_dir.is_dir():
                 pngs = sorted(err_dir.glob("*.png"))[:max_views]
@@ -304,21 +241,27 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
                                 f"<figcaption>{esc(p.stem)}</figcaption></figure>" for p in pngs)
             sections.append(f"<h2>Depth-map errors</h2>{body}")
 
+    # Clouds: the subsample and statistics the stages stored (made here once for older runs).
     clouds = {}
-    renders = []
+    viewers = []
     for name in CLOUD_NAMES:
-        p = run_dir / name
-        if not p.is_file():
+        preview = read_cloud_preview(run_dir / name)
+        if preview is None:
             continue
-        cloud = read_ply(p)
-        clouds[name] = _cloud_stats(cloud.xyz)
+        n = preview["points"]
+        clouds[name] = {"points": n} if n == 0 else {k: preview[k] for k in ("points", "bbox_min", "bbox_max",
+                                                                             "centroid")}
         if with_figures:
-            renders.append(f'<img alt="{esc(name)}" src="{plot_cloud(cloud.xyz, cloud.colors, name, render_points)}">')
+            xyz, rgb = preview["xyz"], preview["rgb"]
+            if len(xyz) > render_points:
+                keep = np.random.default_rng(0).choice(len(xyz), render_points, replace=False)
+                xyz, rgb = xyz[keep], (rgb[keep] if rgb is not None else None)
+            viewers.append(cloud_canvas(xyz, rgb, f"{name}: {len(xyz):,} of {n:,} points"))
     if clouds:
         report["clouds"] = clouds
         rows = "".join(f"<tr><td>{esc(n)}</td><td>{s['points']}</td></tr>" for n, s in clouds.items())
         sections.append(f"<h2>Point clouds</h2><table><tr><th>file</th><th>points</th></tr>{rows}</table>"
-                        + "".join(renders))
+                        + "".join(viewers) + (VIEWER_SCRIPT if viewers else ""))
     return report, sections
 
 
@@ -326,7 +269,8 @@ _STYLE = """body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}
 th{background:#f0f0f0}pre{background:#f7f7f7;padding:.5em;overflow-x:auto;font-size:12px}
 img{max-width:100%;display:block;margin:.5em 0}.note{color:#a60}figure{display:inline-block;margin:.3em}
-figcaption{font-size:11px}"""
+figcaption{font-size:11px}img.map{display:inline-block;max-width:32%;margin:0 .3%}.charts svg{margin:.3em}
+canvas.cloud{border:1px solid #ccc;cursor:grab}"""
 
 
 def write_report(run_dir: str | os.PathLike, max_views: int = 12, render_points: int = 100_000) -> tuple[Path, Path]:

@@ -109,3 +109,8 @@ def commit_claims_cuda(blocked) -> None:
         return
     kernel = get_kernel("fusion.cu", "fusion_commit_claims", _options(False))
     kernel(((n + BLOCK_1D - 1) // BLOCK_1D,), (BLOCK_1D,), (blocked, np.int64(n)))
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles (mean and median)."""
+    return [("fusion.cu", _options(median)) for median in (False, True)]

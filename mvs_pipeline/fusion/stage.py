@@ -47,6 +47,7 @@ from tqdm import tqdm
 
 from ..errors import MVSError
 from ..io.atomic import atomic_write_text
+from ..io.cloud_preview import write_cloud_preview
 from ..io.fused_ply import FusedCloudWriter
 from ..io.vis_file import colmap_image_indices, visibility_records
 from ..scene.scene import Scene
@@ -405,6 +406,7 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
                 fut.cancel()
             raise
         writer.finish()
+    write_cloud_preview(ply_path)  # what the report draws, so it never reads the whole cloud
     counts = {"views": scene.num_views, **stats, "seconds": round(time.perf_counter() - t0, 3)}
     record = {"counts": counts, "backend": backend, "config": settings,
               "outputs": {"ply": ply_path.name, "vis": vis_path.name}}

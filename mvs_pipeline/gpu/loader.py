@@ -1,16 +1,24 @@
-"""Compile and cache `cuda/*.cu` modules through CuPy, memoized per (device, file, options).
+"""Load `cuda/*.cu` modules through CuPy, memoized per (device, file, options).
 
-Compile-time constants are passed as `-DNAME=value` options; CUDA code is never generated in
-Python strings. `#include "x.cuh"` resolves against the `cuda/` folder.
+A module comes from the binary `mvs-pipeline build-kernels` built with nvcc for exactly this
+variant and these sources (precompiled.py) when there is one; otherwise CuPy compiles it with
+NVRTC (cached on disk by CuPy), and the log says so once. Compile-time constants are passed as
+`-DNAME=value` options; CUDA code is never generated in Python strings. `#include "x.cuh"`
+resolves against the `cuda/` folder.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 from ..errors import BackendUnavailable
 from ..paths import CUDA_DIR
+from .precompiled import KERNEL_DIR, find_binary
+
+log = logging.getLogger(__name__)
+_said_nvrtc = False
 
 
 def on_gpu(a) -> bool:
@@ -33,8 +41,12 @@ def import_cupy():
     return cupy
 
 
+@functools.lru_cache(maxsize=None)
 def cuda_usable() -> tuple[bool, str]:
-    """(True, "") when CuPy can run kernels on a GPU here, else (False, reason)."""
+    """(True, "") when CuPy can run kernels on a GPU here, else (False, reason).
+
+    Probed once per process: the probe launches a kernel and waits for it, and every launcher's
+    backend check asks (hundreds of times in a run)."""
     try:
         cupy = import_cupy()
         cupy.zeros(1, dtype=cupy.float32).sum().item()  # forces a context and a kernel launch
@@ -56,11 +68,29 @@ def cu_path(basename: str) -> Path:
 def _load(device_id: int, basename: str, options: tuple[str, ...]):
     cupy = import_cupy()
     source = cu_path(basename).read_text()
-    opts = ("-std=c++17", f"-I{CUDA_DIR}", *options)
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(code=source, options=opts, backend="nvrtc")
+        binary = find_binary(basename, options)
+        if binary is not None:
+            try:
+                module = cupy.RawModule(path=str(binary))
+                module.compile()  # loads the fatbin now, so a bad or foreign binary falls back here
+                return module
+            except Exception as exc:  # no code for this GPU's architecture, a truncated file, ...
+                log.warning("precompiled %s (%s) did not load (%s); compiling with NVRTC", binary.name, basename, exc)
+        _say_nvrtc_once(basename, options)
+        module = cupy.RawModule(code=source, options=("-std=c++17", f"-I{CUDA_DIR}", *options), backend="nvrtc")
         module.compile()
     return module
+
+
+def _say_nvrtc_once(basename: str, options: tuple[str, ...]) -> None:
+    global _said_nvrtc
+    if not _said_nvrtc:
+        _said_nvrtc = True
+        log.info("no precompiled kernel binary for %s %s in %s: compiling with NVRTC (CuPy caches the result; "
+                 "`mvs-pipeline build-kernels` precompiles them)", basename, " ".join(options), KERNEL_DIR)
+    else:
+        log.debug("compiling %s %s with NVRTC", basename, " ".join(options))
 
 
 def load_module(basename: str, options: tuple[str, ...] = ()):

@@ -16,6 +16,7 @@ map or none, never a truncated one.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -177,16 +178,45 @@ def cost_preview(cost: np.ndarray, cost_max: float = 2.0) -> np.ndarray:
     return cv2.applyColorMap(v, cv2.COLORMAP_INFERNO)
 
 
+def depth_map_stats(depth: np.ndarray) -> dict:
+    """Size, share of valid (finite, > 0) pixels and min / median / max valid depth of a map."""
+    d = np.asarray(depth)
+    valid = np.isfinite(d) & (d > 0)
+    v = d[valid]
+    return {"height": int(d.shape[0]), "width": int(d.shape[1]), "valid_fraction": float(valid.mean()),
+            "min": float(v.min()) if v.size else None, "median": float(np.median(v)) if v.size else None,
+            "max": float(v.max()) if v.size else None}
+
+
+def _shrink(a: np.ndarray, max_size: int | None) -> np.ndarray:
+    """Every k-th pixel so the long side is at most max_size (nearest: no blending of holes)."""
+    if max_size is None or max(a.shape[:2]) <= max_size:
+        return a
+    k = -(-max(a.shape[:2]) // int(max_size))
+    return a[::k, ::k]
+
+
 def write_previews(stem: str | os.PathLike, depth: np.ndarray | None = None, normal: np.ndarray | None = None,
-                   cost: np.ndarray | None = None, depth_range: tuple[float, float] | None = None) -> list[Path]:
-    """Write `<stem>.depth.png`, `<stem>.normal.png`, `<stem>.cost.png` for the maps given."""
+                   cost: np.ndarray | None = None, depth_range: tuple[float, float] | None = None,
+                   max_size: int | None = None) -> list[Path]:
+    """Write `<stem>.depth.png`, `<stem>.normal.png`, `<stem>.cost.png` for the maps given (their
+    paths are returned), the long side shrunk to at most `max_size` px (None: full size), and
+    `<stem>.json` with the full-size depth map's statistics (the report shows them without
+    reading the maps again)."""
     stem = Path(stem)
     written = []
+    if depth is not None and depth_range is None:  # colour range of the whole map, not of the shrunk one
+        valid = np.isfinite(depth) & (depth > 0)
+        depth_range = tuple(np.percentile(depth[valid], [2, 98])) if valid.any() else None
     for kind, arr, fn in (("depth", depth, lambda a: depth_preview(a, depth_range)),
                           ("normal", normal, normal_preview), ("cost", cost, cost_preview)):
         if arr is None:
             continue
         path = stem.with_name(f"{stem.name}.{kind}.png")
-        _write_png(path, fn(arr))
+        _write_png(path, fn(_shrink(arr, max_size)))
         written.append(path)
+    if depth is not None:
+        path = stem.with_name(f"{stem.name}.json")
+        with atomic_path(path, durable=False) as tmp:
+            tmp.write_text(json.dumps(depth_map_stats(depth)))
     return written

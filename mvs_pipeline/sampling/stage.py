@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import MVSError
 from ..io.atomic import atomic_path
+from ..io.cloud_preview import write_cloud_preview
 from ..io.ply import PointCloud, read_ply, write_ply
 from .params import SamplingConfig
 
@@ -119,6 +120,7 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
     if do_samples:
         sampled, indices, info = _sample(cfg, cloud, backend)
         write_ply(paths["samples"], sampled)
+        write_cloud_preview(paths["samples"])  # what the report draws, so it never reads the whole cloud
         if "indices" in paths and indices is not None:
             with atomic_path(paths["indices"]) as tmp:
                 np.save(tmp, np.asarray(indices, dtype=np.int64))

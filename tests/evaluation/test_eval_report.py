@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,7 +18,8 @@ from mvs_pipeline.evaluation.mlp import write_mlp
 from mvs_pipeline.evaluation.report import write_report
 from mvs_pipeline.evaluation.stage import evaluate_run as run_stage
 from mvs_pipeline.evaluation.toy_scenes import perturbed_reconstruction, room_scene
-from mvs_pipeline.io.colmap_maps import write_colmap_array
+from mvs_pipeline.io.cloud_preview import write_cloud_preview
+from mvs_pipeline.io.colmap_maps import write_colmap_array, write_previews
 from mvs_pipeline.io.ply import PointCloud, write_ply
 
 
@@ -57,10 +61,16 @@ def test_report_from_fake_run(tmp_path):
     page = html_path.read_text()
     # Self-contained: every image is embedded, nothing is fetched.
     srcs = re.findall(r'src="([^"]*)"', page)
-    # 2 previews (max_views), timings, ETH3D curves, histograms, 2 error PNGs (max_views), 2 cloud renders
-    assert len(srcs) == 2 + 1 + 1 + 1 + 2 + 2
+    # 2 views (max_views) x depth/normal/cost previews, 2 error PNGs (max_views)
+    assert len(srcs) == 2 * 3 + 2
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
-    assert "http" not in page and "<script" not in page and "<link" not in page
+    assert "http" not in page and "<script src" not in page and "<link" not in page
+    # charts are inline SVG: timings, ETH3D accuracy/completeness/F1, two error histograms
+    assert page.count("<svg") == 1 + 3 + 2
+    # one WebGL viewer per cloud, with all of these small clouds' points inline
+    canvases = re.findall(r'<canvas class="cloud"[^>]*data-xyz="([^"]*)" data-rgb="([^"]*)"', page)
+    assert [len(base64.b64decode(x)) // 12 for x, _ in canvases] == [2000, 500]  # render_points caps fused
+    assert [len(base64.b64decode(c)) // 3 for _, c in canvases] == [2000, 500]
     for title in ("Settings", "Timings", "Depth / normal / cost maps", "ETH3D evaluation", "Depth-map errors",
                   "Point clouds"):
         assert f"<h2>{title}</h2>" in page
@@ -72,6 +82,35 @@ def test_report_from_fake_run(tmp_path):
     assert rep["depth_metrics"]["overall"]["completeness"] == pytest.approx(depth["overall"]["completeness"])
     assert rep["clouds"]["fused.ply"]["points"] == 3000 and rep["clouds"]["fused_fps.ply"]["points"] == 500
     assert rep["depth_maps"]["v0.png"]["valid_fraction"] == pytest.approx(21 / 24)
+
+
+def test_report_reads_previews_not_maps_or_clouds(tmp_path):
+    """With the stages' previews in place the report needs neither the maps nor the clouds: it
+    works with the maps cut to nothing and fused.ply deleted, and never imports matplotlib."""
+    _fake_run(tmp_path)
+    rng = np.random.default_rng(1)
+    big = rng.uniform(1, 3, (480, 1280)).astype(np.float32)
+    for name in ("v0.png", "v1.png", "v2.png"):
+        write_previews(tmp_path / "stereo" / "previews" / name, depth=big, cost=big - 1, depth_range=(1.0, 3.0),
+                       max_size=320)
+        (tmp_path / "stereo" / "depth_maps" / f"{name}.geometric.bin").write_bytes(b"cut")  # unreadable now
+    write_cloud_preview(tmp_path / "fused.ply", max_points=700)
+    (tmp_path / "fused.ply").unlink()
+    code = ("import sys; from mvs_pipeline.evaluation.report import write_report; "
+            f"write_report({str(tmp_path)!r}, max_views=3, render_points=100000); "
+            "print('matplotlib' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["depth_maps"]["v1.png"]["valid_fraction"] == 1.0
+    assert (rep["depth_maps"]["v1.png"]["height"], rep["depth_maps"]["v1.png"]["width"]) == (480, 1280)
+    assert rep["depth_maps"]["v2.png"]["max"] == float(big.max())
+    assert rep["clouds"]["fused.ply"]["points"] == 3000  # the whole cloud's count, from the preview
+    page = (tmp_path / "report.html").read_text()
+    xyz = re.findall(r'<canvas class="cloud"[^>]*data-xyz="([^"]*)"', page)
+    assert [len(base64.b64decode(x)) // 12 for x in xyz] == [700, 500]
+    assert len(re.findall(r'alt="v\d.png (depth|cost)"', page)) == 6
 
 
 def test_report_of_empty_folder_and_cli(tmp_path, capsys):

@@ -3,6 +3,7 @@ previews, bad files."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import cv2
@@ -163,3 +164,22 @@ def test_previews(tmp_path):
     np.testing.assert_array_equal(n[3, 3], [0, 128, 128])    # BGR of (0, 0, -1) -> RGB (128, 128, 0)
     c = cv2.imread(str(paths[2]))
     assert c[5, 0].sum() < c[5, -1].sum()                   # higher cost is brighter
+
+
+def test_previews_shrink_and_record_full_size_stats(tmp_path):
+    rng = np.random.default_rng(3)
+    depth = rng.uniform(2, 9, (301, 450)).astype(np.float32)
+    depth[:, :40] = 0                         # an invalid band
+    cost = rng.uniform(0, 2, depth.shape).astype(np.float32)
+    paths = cm.write_previews(tmp_path / "v", depth=depth, cost=cost, depth_range=(2.0, 9.0), max_size=100)
+    d, c = cv2.imread(str(paths[0])), cv2.imread(str(paths[1]))
+    assert d.shape == c.shape == (61, 90, 3)   # every 5th pixel: long side 450 -> 90 <= 100
+    assert (d[:, :8] == 0).all() and (d[:, 8:].sum(-1) > 0).all()   # the band stays black, unblended
+    stats = json.loads((tmp_path / "v.json").read_text())
+    valid = depth[depth > 0]
+    assert (stats["height"], stats["width"]) == (301, 450)
+    assert stats["valid_fraction"] == pytest.approx(valid.size / depth.size)
+    assert stats["min"] == float(valid.min()) and stats["max"] == float(valid.max())
+    assert stats["median"] == float(np.median(valid))
+    full = cm.write_previews(tmp_path / "f", depth=depth, depth_range=(2.0, 9.0))
+    assert cv2.imread(str(full[0])).shape == (301, 450, 3)   # no max_size: full size

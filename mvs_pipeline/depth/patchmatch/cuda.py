@@ -365,3 +365,11 @@ def debug_rng(options, seed: int, pixels, passes, draws):
         kernel("pm_debug_rng", options)(grid, (LINEAR_BLOCK,), (np.uint32(seed & 0xFFFFFFFF), pixels, passes, draws,
                                                                 np.int32(n), out_u, out_f))
     return out_u, out_f
+
+
+def kernel_variants(windows=((5, 2),)) -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants the solver launches for these (radius, step) windows at the
+    default block shape: every source capacity, photometric and geometric (what
+    `mvs-pipeline build-kernels` precompiles)."""
+    return [(CU, compile_options(r, s, cap, geom=geom)) for r, s in sorted(set(windows))
+            for cap in (8, 16, 32) for geom in (False, True)]

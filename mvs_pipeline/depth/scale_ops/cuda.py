@@ -61,3 +61,8 @@ def postfilter_depth(depth, cost, max_cost: float, median: bool):
         get_kernel(CU, "postfilter_depth", OPTIONS)(_grid(W, H), BLOCK, (
             depth, cost, np.int32(W), np.int32(H), np.float32(max_cost), np.int32(bool(median)), out))
     return out
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles."""
+    return [(CU, OPTIONS)]

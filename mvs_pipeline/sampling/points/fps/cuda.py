@@ -107,6 +107,42 @@ def choose_leaf_size(n: int, grid: int, threads: int = TREE_THREADS) -> int:
     return leaf
 
 
+def tree_shape(n: int, grid: int, threads: int, leaf: int) -> dict:
+    """The tree kernel's shape for n points on `grid` blocks: its -D `options` and the launch's
+    `leaves_per_block`, `leaves_per_thread`, `poll_warps`."""
+    num_leaves = -(-n // leaf)
+    leaves_per_block = -(-num_leaves // grid)
+    leaves_per_thread = _pow2_at_least(-(-leaves_per_block // threads))
+    if leaves_per_thread > MAX_LEAVES_PER_THREAD:
+        raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block, more than "
+                         f"{MAX_LEAVES_PER_THREAD} per thread; use a larger leaf_size")
+    points_per_lane = _pow2_at_least(-(-leaf // 32))
+    slot_rows = -(-grid // 32)  # publication slots per lane if one warp polled them all
+    num_poll_warps = min(threads // 32, slot_rows)
+    slots_per_lane = -(-slot_rows // num_poll_warps)
+    options = (*_OPTIONS, f"-DFPS_THREADS={threads}", f"-DFPS_LEAVES_PER_THREAD={leaves_per_thread}",
+               f"-DFPS_POINTS_PER_LANE={points_per_lane}", f"-DFPS_SLOTS_PER_LANE={slots_per_lane}")
+    return {"options": options, "leaves_per_block": leaves_per_block, "leaves_per_thread": leaves_per_thread,
+            "poll_warps": num_poll_warps}
+
+
+# Streaming multiprocessors of the GPUs the tree kernel's shapes are precompiled for (A100, A10/A40/
+# RTX 30xx-40xx sizes, H100 PCIe/SXM, H200/B200-class); other counts compile with NVRTC at first use.
+PRECOMPILE_SM_COUNTS = (108, 84, 114, 132, 144, 148)
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel and
+    the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
+    variants = {(_CU, _OPTIONS)}
+    threads = default_tree_threads(1)
+    for sms in PRECOMPILE_SM_COUNTS:
+        for k in range(10, 27):
+            n = 1 << k
+            variants.add((_CU, tree_shape(n, sms, threads, choose_leaf_size(n, sms, threads))["options"]))
+    return sorted(variants)
+
+
 def _max_blocks_per_sm(cupy, kernel, threads: int, shared_bytes: int) -> int | None:
     try:
         return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
@@ -139,23 +175,14 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
     leaf = int(leaf_size) if leaf_size is not None else choose_leaf_size(n, grid, threads)
     if not 1 <= leaf <= 32 * MAX_POINTS_PER_LANE:
         raise ValueError(f"leaf_size must be in [1, {32 * MAX_POINTS_PER_LANE}], got {leaf}")
-    num_leaves = -(-n // leaf)
-    leaves_per_block = -(-num_leaves // grid)
-    leaves_per_thread = _pow2_at_least(-(-leaves_per_block // threads))
-    if leaves_per_thread > MAX_LEAVES_PER_THREAD:
-        raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block, more than "
-                         f"{MAX_LEAVES_PER_THREAD} per thread; use a larger leaf_size")
-    points_per_lane = _pow2_at_least(-(-leaf // 32))
-    slot_rows = -(-grid // 32)  # publication slots per lane if one warp polled them all
-    num_poll_warps = min(threads // 32, slot_rows)
-    slots_per_lane = -(-slot_rows // num_poll_warps)
+    shape = tree_shape(n, grid, threads, leaf)
+    options, leaves_per_block = shape["options"], shape["leaves_per_block"]
+    leaves_per_thread, num_poll_warps = shape["leaves_per_thread"], shape["poll_warps"]
     shared = leaves_per_block * TREE_SHARED_BYTES_PER_LEAF
     max_shared = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024))
     if shared > max_shared - 4096:
         raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block ({shared} B of shared "
                          f"memory, the device has {max_shared} B); use a larger leaf_size")
-    options = (*_OPTIONS, f"-DFPS_THREADS={threads}", f"-DFPS_LEAVES_PER_THREAD={leaves_per_thread}",
-               f"-DFPS_POINTS_PER_LANE={points_per_lane}", f"-DFPS_SLOTS_PER_LANE={slots_per_lane}")
     kernel = get_kernel(_CU, "fps_tree_persistent", options)
     if shared > 48 * 1024:  # dynamic shared memory above 48 KiB needs an opt-in per kernel
         kernel.max_dynamic_shared_size_bytes = shared

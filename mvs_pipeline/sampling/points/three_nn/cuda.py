@@ -86,3 +86,8 @@ def three_interpolate_backward(grad_out, idx, weight, m: int):
         get_kernel(_CU, "three_interpolate_backward", _OPTIONS)(
             _blocks(n * c), (THREADS,), (grad_out, idx, weight, np.int32(n), np.int32(c), grad))
     return grad
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles."""
+    return [(_CU, _OPTIONS)]

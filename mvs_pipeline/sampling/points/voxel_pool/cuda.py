@@ -44,3 +44,8 @@ def pool_max(values, order, starts):
     if v:
         get_kernel(_CU, "pool_max")((-(-v // THREADS),), (THREADS,), (values, order, starts, np.int32(v), out, arg))
     return out, arg
+
+
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles."""
+    return [(_CU, ())]

@@ -1,0 +1,81 @@
+"""A small stand-in of a large point cloud for reports: a random subsample and exact statistics.
+
+`OUT/previews/<cloud>.npz` holds at most `max_points` points of `OUT/<cloud>.ply` (xyz as float32
+offsets from a float64 origin, RGB when the cloud has colours) and the whole cloud's point count,
+bounding box and centroid, plus the PLY's size and mtime so a rewritten cloud is noticed. The
+PLY is memory-mapped: only the chosen points and one pass of min/max/sum are read, so a 50 M-point
+cloud costs about a second, once, where the stage that wrote it already paid for the disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MVSError
+from .atomic import atomic_path
+
+PREVIEW_POINTS = 200_000
+CHUNK = 1 << 22  # rows per pass of the statistics (bounded temporary memory)
+
+
+def preview_path(ply_path: Path) -> Path:
+    return Path(ply_path).parent / "previews" / f"{Path(ply_path).stem}.npz"
+
+
+def _stamp(path: Path) -> np.ndarray:
+    st = path.stat()
+    return np.array([st.st_size, st.st_mtime_ns], dtype=np.int64)
+
+
+def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: int = 0) -> Path:
+    """Write the preview of `ply_path` (a binary PLY with x, y, z [and red, green, blue])."""
+    import plyfile  # noqa: PLC0415
+
+    ply_path = Path(ply_path)
+    try:
+        vertex = plyfile.PlyData.read(str(ply_path), mmap="r")["vertex"].data
+    except (OSError, ValueError, KeyError, plyfile.PlyParseError) as exc:
+        raise MVSError(f"{ply_path}: cannot read the cloud for its preview ({exc})") from exc
+    n = len(vertex)
+    lo, hi, total = np.full(3, np.inf), np.full(3, -np.inf), np.zeros(3)
+    for start in range(0, n, CHUNK):
+        block = np.stack([np.asarray(vertex[a][start:start + CHUNK], dtype=np.float64) for a in "xyz"], axis=1)
+        lo, hi = np.minimum(lo, block.min(0)), np.maximum(hi, block.max(0))
+        total += block.sum(0)
+    keep = np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False)) if n > max_points \
+        else np.arange(n)
+    picked = vertex[keep]
+    xyz = np.stack([np.asarray(picked[a], dtype=np.float64) for a in "xyz"], axis=1)
+    origin = (lo + hi) / 2 if n else np.zeros(3)
+    names = picked.dtype.names or ()
+    rgb = np.stack([picked[c] for c in ("red", "green", "blue")], axis=1).astype(np.uint8) \
+        if all(c in names for c in ("red", "green", "blue")) else np.zeros((0, 3), np.uint8)
+    out = preview_path(ply_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=".npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, origin=origin, xyz=(xyz - origin).astype(np.float32), rgb=rgb, points=np.int64(n),
+                 bbox_min=lo, bbox_max=hi, centroid=total / max(n, 1), ply_stamp=_stamp(ply_path))
+    return out
+
+
+def read_cloud_preview(ply_path: Path) -> dict | None:
+    """The preview of `ply_path` as a dict (xyz float64 [k, 3], rgb uint8 [k, 3] or None, points,
+    bbox_min, bbox_max, centroid), remade first if the PLY changed since; None if neither exists."""
+    ply_path, path = Path(ply_path), preview_path(ply_path)
+    if ply_path.is_file():
+        fresh = False
+        if path.is_file():
+            with np.load(path) as z:
+                fresh = "ply_stamp" in z and np.array_equal(z["ply_stamp"], _stamp(ply_path))
+        if not fresh:
+            write_cloud_preview(ply_path)
+    if not path.is_file():
+        return None
+    with np.load(path) as z:
+        rgb = z["rgb"] if len(z["rgb"]) else None
+        return {"xyz": z["xyz"].astype(np.float64) + z["origin"], "rgb": rgb, "points": int(z["points"]),
+                "bbox_min": z["bbox_min"].tolist(), "bbox_max": z["bbox_max"].tolist(),
+                "centroid": z["centroid"].tolist()}
+
