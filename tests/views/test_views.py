@@ -12,6 +12,7 @@ from mvs_pipeline.config.loader import load_config
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.scene.workspace import scene_from_reconstruction
 from mvs_pipeline.synth.camera import look_at
+from mvs_pipeline.views import selection
 from mvs_pipeline.views import stage as views
 from tests.tiny_model import build_tiny_reconstruction
 
@@ -26,7 +27,7 @@ def _vcfg(*overrides):
 
 def test_depth_range_contains_sparse_depths(tmp_path):
     scene = _scene(build_tiny_reconstruction(num_views=6, num_points=300), tmp_path)
-    sel = views.select_views(scene, _vcfg("depth_percentiles=[0, 100]", "depth_margin_near=0.1", "depth_margin_far=0.3"))
+    sel = selection.select_views(scene, _vcfg("depth_percentiles=[0, 100]", "depth_margin_near=0.1", "depth_margin_far=0.3"))
     for i, v in enumerate(scene.views):
         z = v.world_to_cam(scene.points_in_world[scene.points_seen_by(i)])[:, 2]
         lo, hi = sel.depth_ranges[i]
@@ -38,7 +39,7 @@ def test_scores_follow_the_angle_prior(tmp_path):
     rec = build_tiny_reconstruction(num_views=5, num_points=100)
     scene = _scene(rec, tmp_path)
     cfg = _vcfg("num_neighbors=4", "min_triangulation_angle=0")
-    neighbors, scores = views.select_neighbors(scene, cfg)
+    neighbors, scores = selection.select_neighbors(scene, cfg)
     centers = np.stack([v.center for v in scene.views])
     P = scene.points_in_world
     for ref in range(scene.num_views):
@@ -72,10 +73,10 @@ def test_small_baseline_pairs_are_dropped(tmp_path):
     scene = _scene(rec, tmp_path)
     twin_idx = scene.view_idx_by_name()["twin.png"]
     first_idx = scene.view_idx_by_name()[img.name]
-    sel = views.select_views(scene, _vcfg("min_triangulation_angle=1.0"))
+    sel = selection.select_views(scene, _vcfg("min_triangulation_angle=1.0"))
     assert first_idx not in sel.neighbors[twin_idx] and twin_idx not in sel.neighbors[first_idx]
     assert sel.neighbors[twin_idx]  # it still pairs with the real baselines
-    sel0 = views.select_views(scene, _vcfg("min_triangulation_angle=0.0", "num_neighbors=32"))
+    sel0 = selection.select_views(scene, _vcfg("min_triangulation_angle=0.0", "num_neighbors=32"))
     assert first_idx in sel0.neighbors[twin_idx]
 
 
@@ -101,7 +102,7 @@ def test_view_with_few_points_borrows_neighbour_range(tmp_path, caplog):
     assert np.bincount(scene.track_view_idx)[2] == 10
     cfg = _vcfg("min_points_for_range=20", "num_neighbors=2", "min_shared_points=5")
     with caplog.at_level(logging.WARNING):
-        sel = views.select_views(scene, cfg)
+        sel = selection.select_views(scene, cfg)
     assert any("fewer than 20" in r.message and scene.views[2].name in r.message for r in caplog.records)
     nb = sel.neighbors[2]
     assert len(nb) == 2
@@ -112,7 +113,7 @@ def test_view_with_few_points_borrows_neighbour_range(tmp_path, caplog):
 def test_no_view_has_enough_points_is_an_error(tmp_path):
     scene = _scene(build_tiny_reconstruction(num_views=3, num_points=20), tmp_path)
     with pytest.raises(MVSError, match="too few sparse points"):
-        views.select_views(scene, _vcfg("min_points_for_range=100000"))
+        selection.select_views(scene, _vcfg("min_points_for_range=100000"))
 
 
 def test_stage_writes_interop_files_and_resumes(tmp_path):

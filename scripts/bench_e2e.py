@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Time the whole `mvs-pipeline run` command, process start to exit, on synthetic scenes.
+
+For each scene (made with `mvs-pipeline synth` unless it exists) the run is timed:
+  cold   a fresh CuPy kernel cache (CUPY_CACHE_DIR in a new folder), precompiled kernels as
+         installed (build/kernels or MVS_PIPELINE_KERNEL_DIR): a first run on a new machine;
+  nvrtc  (--nvrtc) cold and without precompiled kernels: what NVRTC compilation costs;
+  warm   the same command again with --overwrite (every stage recomputed, caches warm).
+Each row: wall (measured here), the stages' sum and the time outside them (run.json), GPU
+memory peak, F1 of fused.ply at 2 cm. Scenes: VIEWSxWIDTHxHEIGHT.
+
+    python scripts/bench_e2e.py --scenes 20x800x600,40x1600x1200 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mvs(*args: str, env: dict | None = None) -> float:
+    """Run `python -m mvs_pipeline ARGS`; return its wall seconds (raises on failure)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mvs_pipeline", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"mvs-pipeline {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def record(out: Path, wall: float, mode: str, scene: str) -> dict:
+    run = json.loads((out / "run.json").read_text())
+    counts = run["counts"]
+    peaks = [*run.get("stage_gpu_pool_peak_bytes", {}).values(), counts.get("depth_gpu_used_peak_bytes", 0)]
+    f1 = counts.get("f1_fused")
+    tol = run["config"]["evaluate"]["tolerances"]
+    f1_2cm = f1[tol.index(0.02)] if isinstance(f1, list) and 0.02 in tol else None
+    stages = run["stage_seconds"]
+    return {"scene": scene, "mode": mode, "wall_s": round(wall, 2), "run_wall_s": run.get("wall_seconds"),
+            "stage_sum_s": round(sum(stages.values()), 2), "outside_stages_s": run.get("outside_stages_seconds"),
+            "stage_seconds": stages, "gpu_peak_gib": round(max(peaks) / 2**30, 2) if peaks else None,
+            "f1_2cm": f1_2cm, "fused_points": counts.get("fused_points"), "backend": run["backend"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenes", default="20x800x600", help="comma-separated VIEWSxWIDTHxHEIGHT")
+    ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_e2e")
+    ap.add_argument("--nvrtc", action="store_true", help="also a cold run without precompiled kernels")
+    ap.add_argument("--args", default="", help="extra arguments for `run` (e.g. '--set backend=cpu')")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    rows = []
+    for spec in args.scenes.split(","):
+        views, width, height = (int(v) for v in spec.lower().split("x"))
+        name = f"{args.scene}_{views}x{width}x{height}_s{args.seed}"
+        scene = args.root / name
+        if not (scene / "sparse").exists():
+            t = mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(views), "--width",
+                    str(width), "--height", str(height), "--seed", str(args.seed))
+            print(f"{name}: synth {t:.1f} s", flush=True)
+        modes = (["nvrtc"] if args.nvrtc else []) + ["cold", "warm"]
+        for mode in modes:
+            env = dict(os.environ)
+            if mode in ("cold", "nvrtc"):
+                env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy_cache_")
+            if mode == "nvrtc":
+                env["MVS_PIPELINE_KERNEL_DIR"] = tempfile.mkdtemp(prefix="no_kernels_")
+            out = args.root / f"{name}_out"
+            wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *args.args.split(), env=env)
+            rows.append(record(out, wall, mode, name))
+            r = rows[-1]
+            print(f"{name} {mode}: wall {r['wall_s']} s, stages {r['stage_sum_s']} s, outside "
+                  f"{r['outside_stages_s']} s, GPU peak {r['gpu_peak_gib']} GiB, F1@2cm {r['f1_2cm']}, "
+                  f"stages {r['stage_seconds']}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
