@@ -18,7 +18,7 @@ from .config.loader import config_to_dict, dump_config
 from .config.schema import PipelineConfig
 from .errors import MVSError
 from .gpu.backend import resolve_backend
-from .io.atomic import atomic_write_text
+from .io.atomic import atomic_write_text, remove_leftovers
 from .scene import stage as scene_stage
 from .scene.workspace import has_model, read_scene
 from .views import stage as views_stage
@@ -143,22 +143,48 @@ def process_seconds() -> float | None:
         return None
 
 
+def check_inputs(ctx: RunContext, stages: list[str]) -> None:
+    """What the run will read from outside OUT, checked before OUT is created or written to, so a
+    typo fails in a second instead of after the depth stage."""
+    if "load" in stages:
+        scene_stage.check_workspace(ctx.workspace, ctx.out_dir, ctx.images, ctx.sparse, ctx.overwrite)
+    if ctx.gt is not None:
+        from .evaluation.mlp import check_mlp  # noqa: PLC0415
+
+        check_mlp(ctx.gt)
+
+
+def _kept(out_dir: Path, done: list[str], stopped: str | None) -> str:
+    """One line for an interrupted run: what stays in OUT."""
+    finished = f"the finished stages {', '.join(done)}" if done else "no finished stage"
+    partly = f" and the files stage '{stopped}' completed" if stopped else ""
+    return f"kept in {out_dir}: {finished}{partly}"
+
+
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    check_inputs(ctx, stages)
     ctx.backend = resolve_backend(ctx.cfg.backend)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
+        log.info("removed %s, left by an interrupted write", path)
     atomic_write_text(ctx.out_dir / "config.resolved.yaml",
                       f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n" + dump_config(ctx.cfg))
-    timings, gpu_peaks = {}, {}
-    for name in stages:
-        t0 = time.perf_counter()
-        log.info("stage %s ...", name)
-        pool = _reset_gpu_pool(ctx.backend)
-        STAGE_RUNNERS[name](ctx)
-        timings[name] = round(time.perf_counter() - t0, 3)
-        if pool is not None:
-            gpu_peaks[name] = int(pool.total_bytes())
-        log.info("stage %s done in %.2f s", name, timings[name])
+    timings, gpu_peaks, done = {}, {}, []
+    try:
+        for name in stages:
+            t0 = time.perf_counter()
+            log.info("stage %s ...", name)
+            pool = _reset_gpu_pool(ctx.backend)
+            STAGE_RUNNERS[name](ctx)
+            timings[name] = round(time.perf_counter() - t0, 3)
+            if pool is not None:
+                gpu_peaks[name] = int(pool.total_bytes())
+            log.info("stage %s done in %.2f s", name, timings[name])
+            done.append(name)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through errors.Interrupted
+        exc.kept = _kept(ctx.out_dir, done, None if len(done) == len(stages) else stages[len(done)])
+        raise
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts,
               "config": config_to_dict(ctx.cfg)}

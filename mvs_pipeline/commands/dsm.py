@@ -1,6 +1,6 @@
 """`mvs-pipeline dsm IN.ply -o DSM.tif`: top-down rasters of a point cloud.
 
-Writes DSM.tif (float32 heights, NaN = empty), DSM.json (origin, cell size, axes),
+Writes DSM.tif (float32 heights, float64 for a cloud with double coordinates; NaN = empty), DSM.json (origin, cell size, axes),
 DSM_ortho.png (colour of the highest point, RGBA, when the cloud has colours) and
 DSM_hillshade.png (shaded relief preview).
 """
@@ -16,7 +16,7 @@ from ..io.ply import read_ply
 def register(sub) -> None:
     p = sub.add_parser("dsm", help="DSM, orthophoto and hillshade rasters of a PLY",
                        description="Grid the cloud top-down (see mvs_pipeline/points/dsm.py for the frame): max or "
-                                   "mean height per cell as a float32 TIFF with a JSON sidecar, an RGBA orthophoto "
+                                   "mean height per cell as a float32 (float64 for double input) TIFF with a JSON sidecar, an RGBA orthophoto "
                                    "of the highest points and a hillshade preview.")
     p.add_argument("input", type=Path, help="input PLY")
     p.add_argument("-o", "--output", type=Path, required=True, help="DSM TIFF path (siblings get the other files)")

@@ -2,7 +2,8 @@
 
     mvs-pipeline fps IN.ply (-n M | --ratio R) -o OUT.ply [--start-index I] [--indices OUT.npy]
 
-OUT.ply holds the samples in selection order with every per-point property of IN.ply.
+OUT.ply holds the samples in selection order with every per-point property of IN.ply, and
+its coordinates in IN.ply's type (double coordinates stay double).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def register(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..sampling.points.fps.ops import farthest_point_sampling  # noqa: PLC0415
+    from ..sampling.points.local_frame import frame_centre, offsets  # noqa: PLC0415
     from ..sampling.stage import subset  # noqa: PLC0415
 
     cloud = read_ply(args.input)
@@ -50,7 +52,9 @@ def main(args: argparse.Namespace) -> int:
     if len(cloud) == 0:
         raise MVSError(f"{args.input}: the point cloud is empty")
     t0 = time.perf_counter()
-    indices = farthest_point_sampling(cloud.xyz, m, args.start_index, backend=args.backend, method=args.method)
+    # float64 coordinates: sample on offsets from the centre, write the input's own points back
+    local = offsets(cloud.xyz, frame_centre(cloud.xyz))
+    indices = farthest_point_sampling(local, m, args.start_index, backend=args.backend, method=args.method)
     seconds = time.perf_counter() - t0
     write_ply(args.output, subset(cloud, indices))
     if args.indices:

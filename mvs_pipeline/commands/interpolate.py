@@ -6,8 +6,10 @@ interpolation from the 3 nearest SOURCE points, e.g. from an FPS sample back to 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
+from ..errors import MVSError
 from ..io.ply import read_ply, write_ply
 
 
@@ -21,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help="output PLY (TARGET points)")
     p.add_argument("--attributes", default=None,
                    help="comma-separated names: normals, colors, or extra property names (default: all of SOURCE)")
-    p.add_argument("--eps", type=float, default=1e-8, help="added to distances before inverting, m (default: %(default)s)")
+    p.add_argument("--eps", type=float, default=1e-8, help="added to distances before inverting, m, > 0 (default: %(default)s)")
     p.add_argument("--backend", choices=("auto", "cuda", "cpu"), default="auto")
     p.set_defaults(func=main)
 
@@ -29,6 +31,8 @@ def register(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     from ..sampling.points.three_nn.ops import interpolate_attributes  # noqa: PLC0415
 
+    if not (math.isfinite(args.eps) and args.eps > 0):  # checked before reading anything
+        raise MVSError(f"--eps must be a positive distance in metres, got {args.eps:g}")
     source, target = read_ply(args.source), read_ply(args.target)
     names = [n.strip() for n in args.attributes.split(",") if n.strip()] if args.attributes else None
     moved = interpolate_attributes(source, target.xyz, names, backend=args.backend, eps=args.eps)

@@ -196,13 +196,17 @@ def _build(cls: type, data: dict, origins: dict[str, str], prefix: str, errors: 
     return obj
 
 
-def _set_dotted(data: dict, keys: list[str], value: Any) -> None:
-    node = data
-    for k in keys[:-1]:
+def _set_dotted(data: dict, keys: list[str], value: Any) -> list[str]:
+    """Set data[k0][k1]...= value; return the dotted keys of the sections it had to create or replace
+    (so that an error about them names the override, not the file that held the old value)."""
+    node, made = data, []
+    for i, k in enumerate(keys[:-1]):
         if not isinstance(node.get(k), dict):
             node[k] = {}
+            made.append(".".join(keys[:i + 1]))
         node = node[k]
     node[keys[-1]] = value
+    return made
 
 
 def load_config(config: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()):
@@ -216,7 +220,8 @@ def load_config(config: str | Path | None = None, overrides: list[str] | tuple[s
         except ConfigError as exc:
             errors.append(str(exc))
             continue
-        _set_dotted(data, keys, value)
+        for dotted in _set_dotted(data, keys, value):
+            origins[dotted] = f"--set {text}"
         _record_origins(value, ".".join(keys), origins, f"--set {text}")
     cfg = _build(PipelineConfig, data, origins, "", errors)
     if errors:

@@ -11,6 +11,7 @@ File layout, as ETH3D ships it (`<scene>/dslr_scan_eval/`):
 Each scan PLY holds points in the scanner's own frame, with the laser scanner at the origin
 (the accuracy metric's free-space test depends on that). Only the `vertex` element is read:
 scans written by PCL carry an extra element, and double coordinates are converted to float32.
+A scan point that is NaN or infinite (also after that conversion) is an error naming the scan.
 """
 
 from __future__ import annotations
@@ -137,17 +138,27 @@ def read_mlp(path: str | os.PathLike) -> list[ScanInfo]:
     return infos
 
 
-def load_scans(mlp_path: str | os.PathLike) -> list[Scan]:
-    """Read the .mlp and every scan it lists (scanner-frame points, float32)."""
+def check_mlp(mlp_path: str | os.PathLike) -> list[ScanInfo]:
+    """The project's scans, checked to exist (cheap: no scan is read); raises naming what is missing."""
     infos = read_mlp(mlp_path)
     missing = [f"'{i.filename}' (looked for {i.path})" for i in infos if not i.path.is_file()]
     if missing:
         raise MVSError(f"{mlp_path}: {len(missing)} scan file(s) listed in the project are missing: "
                        + ", ".join(missing))
+    return infos
+
+
+def load_scans(mlp_path: str | os.PathLike) -> list[Scan]:
+    """Read the .mlp and every scan it lists (scanner-frame points, float32)."""
+    infos = check_mlp(mlp_path)
     scans = []
     for info in infos:
         cloud = read_ply(info.path)
         pts = np.ascontiguousarray(cloud.xyz, dtype=np.float32)
+        bad = np.flatnonzero(~np.isfinite(pts).all(axis=1))
+        if len(bad):  # dropping them would change completeness without a word
+            raise MVSError(f"{info.path}: scan '{info.label}' has {len(bad)} point(s) with NaN or infinite "
+                           f"coordinates (first: index {int(bad[0])}); remove them from the scan")
         if len(pts) == 0:
             log.warning("%s: scan '%s' has no points", mlp_path, info.label)
         scans.append(Scan(name=info.label, path=info.path, world_from_scan=info.world_from_scan, points=pts))

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import read_cloud_preview
 from ..io.colmap_maps import cost_preview, depth_map_stats, depth_preview, normal_preview, read_colmap_array
@@ -277,9 +278,9 @@ def write_report(run_dir: str | os.PathLike, max_views: int = 12, render_points:
     """Write OUT/report.json and OUT/report.html; return their paths."""
     run_dir = Path(run_dir)
     report, sections = collect_run(run_dir, max_views=max_views, render_points=render_points)
-    if not sections:
-        sections.append("<p>This folder holds no run outputs yet (config.resolved.yaml, run.json, stereo/, "
-                        "eval/, fused.ply).</p>")
+    if not sections:  # a report of nothing would look like a run that produced nothing
+        raise MVSError(f"{run_dir}: holds no run outputs (config.resolved.yaml, run.json, stereo/, eval/, "
+                       f"fused.ply); give the -o folder of `mvs-pipeline run`")
     title = f"mvs-pipeline report: {run_dir.name}"
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"

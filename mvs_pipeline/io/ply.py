@@ -1,10 +1,12 @@
 """Point clouds as PLY files, through `plyfile`.
 
 Written layout (what Open3D, MeshLab, CloudCompare, COLMAP and the ETH3D evaluator read):
-binary little-endian, one `vertex` element with float32 x,y,z, then optional float32 nx,ny,nz,
+binary little-endian, one `vertex` element with x,y,z, then optional float32 nx,ny,nz,
 optional uchar red,green,blue, then any extra per-point properties in the order given.
-Coordinates are always written as float32: the ETH3D evaluator silently scores double
-coordinates as zero.
+Coordinates keep their dtype both ways: a file with double x,y,z reads as float64 and a float64
+cloud is written with double x,y,z (georeferenced clouds, ~5e6 m, lose ~0.25 m in float32);
+everything else is float32. The pipeline's own clouds are float32: the ETH3D evaluator silently
+scores double coordinates as zero.
 
 Reading accepts ascii/binary, float or double coordinates, and ignores elements other than
 `vertex` (laser scans written by PCL carry an extra `camera` element).
@@ -25,7 +27,7 @@ from .atomic import atomic_path
 
 @dataclass
 class PointCloud:
-    xyz: np.ndarray  # [N, 3] float32
+    xyz: np.ndarray  # [N, 3] float32, or float64 for clouds read from double coordinates
     normals: np.ndarray | None = None  # [N, 3] float32
     colors: np.ndarray | None = None  # [N, 3] uint8
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [N] any numeric dtype
@@ -58,6 +60,7 @@ def read_vertex_element(path: str | os.PathLike, what: str = "PLY file") -> np.n
 def read_ply(path: str | os.PathLike) -> PointCloud:
     v = read_vertex_element(path)
     names = v.dtype.names
+    double = any(v.dtype[a].itemsize > 4 and v.dtype[a].kind == "f" for a in "xyz")
     xyz = np.stack([np.asarray(v[a], dtype=np.float64) for a in "xyz"], axis=1)
     normals = None
     if all(n in names for n in ("nx", "ny", "nz")):
@@ -68,11 +71,12 @@ def read_ply(path: str | os.PathLike) -> PointCloud:
         colors = np.clip(colors, 0, 255).astype(np.uint8)
     known = {"x", "y", "z", "nx", "ny", "nz", "red", "green", "blue"}
     extra = {n: np.asarray(v[n]) for n in names if n not in known}
-    return PointCloud(xyz=xyz.astype(np.float32), normals=normals, colors=colors, extra=extra)
+    return PointCloud(xyz=xyz if double else xyz.astype(np.float32), normals=normals, colors=colors, extra=extra)
 
 
 def write_ply(path: str | os.PathLike, cloud: PointCloud) -> None:
-    """Write `cloud` atomically as binary little-endian PLY (float32 coordinates)."""
+    """Write `cloud` atomically as binary little-endian PLY (double coordinates if xyz is float64,
+    else float32)."""
     n = len(cloud)
     fields: list[tuple[str, np.ndarray]] = [(a, cloud.xyz[:, i]) for i, a in enumerate("xyz")]
     if cloud.normals is not None:
@@ -86,6 +90,8 @@ def write_ply(path: str | os.PathLike, cloud: PointCloud) -> None:
             raise MVSError(f"{path}: property '{name}' has shape {values.shape}, expected ({n},)")
         if name in ("red", "green", "blue"):
             dtype.append((name, "u1"))
+        elif name in ("x", "y", "z") and cloud.xyz.dtype == np.float64:
+            dtype.append((name, "<f8"))
         elif name in ("x", "y", "z", "nx", "ny", "nz") or values.dtype.kind == "f":
             dtype.append((name, "<f4"))
         else:

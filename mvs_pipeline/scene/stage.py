@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -25,28 +26,36 @@ from tqdm import tqdm
 
 from ..errors import MVSError
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
-from .workspace import detect_layout, has_model, read_reconstruction, read_scene, scene_from_reconstruction
+from .workspace import (WorkspaceLayout, detect_layout, has_model, read_reconstruction, read_scene,
+                        scene_from_reconstruction)
 
 log = logging.getLogger(__name__)
 
 
+def _image_problem(view) -> str | None:
+    """Why `view`'s image cannot be used, or None. Decodes the whole image: a truncated PNG/JPEG
+    has a valid header and would otherwise fail only in the depth stage."""
+    path = view.image_path
+    if not path.is_file():
+        return f"{path}: image '{view.name}' (image_id {view.image_id}) not found"
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            im.load()
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError... for bad files
+        return f"{path}: image '{view.name}' is not readable ({exc})"
+    if (w, h) != (view.width, view.height):
+        return f"{path}: image '{view.name}' is {w}x{h} px but its camera says {view.width}x{view.height}"
+    return None
+
+
 def check_images(scene: Scene, progress: bool = True) -> None:
-    """Every image exists, is readable and has its camera's size (reads headers only)."""
-    problems = []
-    for view in tqdm(scene.views, desc="check images", unit="img", disable=not progress, leave=False):
-        path = view.image_path
-        if not path.is_file():
-            problems.append(f"{path}: image '{view.name}' (image_id {view.image_id}) not found")
-            continue
-        try:
-            with Image.open(path) as im:
-                w, h = im.size
-        except Exception as exc:
-            problems.append(f"{path}: image '{view.name}' is not readable ({exc})")
-            continue
-        if (w, h) != (view.width, view.height):
-            problems.append(
-                f"{path}: image '{view.name}' is {w}x{h} px but its camera says {view.width}x{view.height}")
+    """Every image exists, decodes completely and has its camera's size (names the file)."""
+    # PIL decodes with the GIL released: threads overlap the decoding of many images.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        found = list(tqdm(pool.map(_image_problem, scene.views), total=scene.num_views, desc="check images",
+                          unit="img", disable=not progress, leave=False))
+    problems = [p for p in found if p is not None]
     if problems:
         more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
         raise MVSError(f"{len(problems)} image problem(s):\n  " + "\n  ".join(problems[:10]) + more)
@@ -110,16 +119,47 @@ def _undistort_workspace(cfg, layout, scene: Scene, staging: Path) -> None:
         raise MVSError(f"undistortion of {layout.sparse_dir} produced no model in {staging / 'sparse'}")
 
 
+def load_is_done(out_dir: Path) -> bool:
+    return has_model(Path(out_dir) / "sparse") and (Path(out_dir) / "images").is_dir()
+
+
+def check_workspace(workspace: Path, out_dir: Path, images: Path | None = None, sparse: Path | None = None,
+                    overwrite: bool = False) -> WorkspaceLayout | None:
+    """The input layout the load stage will read (None when OUT already holds a finished load that
+    it will reuse); raises before anything is written if it is missing or is OUT itself."""
+    out_dir = Path(out_dir)
+    if not overwrite and load_is_done(out_dir):
+        return None
+    layout = detect_layout(Path(workspace), images, sparse)
+    if out_dir.resolve() in (layout.images_dir.resolve(), layout.sparse_dir.resolve(), Path(workspace).resolve()):
+        raise MVSError(f"{out_dir}: the output folder must not be the input workspace or its images/sparse folder")
+    return layout
+
+
+def _reusable_load(out_dir: Path, progress: bool) -> Scene | None:
+    """The finished load in OUT, or None if one of its images does not decode (a copy damaged
+    since, or made by a version that checked headers only): then the load is redone."""
+    scene = read_scene(out_dir / "images", out_dir / "sparse")
+    try:
+        check_images(scene, progress)
+    except MVSError as exc:
+        log.warning("load: %s holds images that do not decode; preparing the workspace again (%s)", out_dir,
+                    str(exc).splitlines()[-1].strip())
+        return None
+    return scene
+
+
 def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None = None,
                       sparse: Path | None = None, overwrite: bool = False, progress: bool = True) -> Scene:
     """Prepare OUT as a pinhole dense workspace and return its Scene (skips if already done)."""
     out_dir = Path(out_dir)
-    if not overwrite and has_model(out_dir / "sparse") and (out_dir / "images").is_dir():
-        log.info("load: %s already holds a prepared workspace; skipping (use --overwrite to redo)", out_dir)
-        return read_scene(out_dir / "images", out_dir / "sparse")
-    layout = detect_layout(Path(workspace), images, sparse)
-    if out_dir.resolve() in (layout.images_dir.resolve(), layout.sparse_dir.resolve(), Path(workspace).resolve()):
-        raise MVSError(f"{out_dir}: the output folder must not be the input workspace or its images/sparse folder")
+    if not overwrite and load_is_done(out_dir):
+        scene = _reusable_load(out_dir, progress)
+        if scene is not None:
+            log.info("load: %s already holds a prepared workspace; skipping (use --overwrite to redo)", out_dir)
+            return scene
+        overwrite = True
+    layout = check_workspace(workspace, out_dir, images, sparse, overwrite)
     log.info("load: %s layout, images %s, model %s", layout.kind, layout.images_dir, layout.sparse_dir)
     rec = read_reconstruction(layout.sparse_dir)
     scene = scene_from_reconstruction(rec, layout.images_dir, layout.sparse_dir)

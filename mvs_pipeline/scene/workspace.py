@@ -20,6 +20,7 @@ import numpy as np
 import pycolmap
 
 from ..errors import MVSError
+from ..io.colmap_model import check_model_files
 from .scene import Scene, View
 
 log = logging.getLogger(__name__)
@@ -75,14 +76,17 @@ def detect_layout(workspace: Path, images: Path | None = None, sparse: Path | No
 
 
 def read_reconstruction(sparse_dir: Path) -> pycolmap.Reconstruction:
-    """Read a binary or text model; a corrupt or empty model raises naming the folder."""
+    """Read a binary or text model; a corrupt model raises naming the file (io/colmap_model.py),
+    an empty one naming the folder."""
     sparse_dir = Path(sparse_dir)
     if not has_model(sparse_dir):
         raise MVSError(f"{sparse_dir}: no COLMAP model (cameras/images/points3D .bin or .txt)")
+    check_model_files(sparse_dir)
     try:
         rec = pycolmap.Reconstruction(str(sparse_dir))
-    except Exception as exc:  # pycolmap raises ValueError/RuntimeError on corrupt files
-        raise MVSError(f"{sparse_dir}: cannot read COLMAP model ({str(exc).splitlines()[0] if str(exc) else exc})") from exc
+    except Exception as exc:  # pycolmap raises ValueError/RuntimeError; its C++ text means nothing to users
+        raise MVSError(f"{sparse_dir}: pycolmap cannot read this COLMAP model although its cameras, images and "
+                       f"points3D files are complete and consistent ({type(exc).__name__})") from exc
     if rec.num_reg_images() == 0:
         raise MVSError(f"{sparse_dir}: COLMAP model has no registered images")
     return rec

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from ..scene.scene import Scene
 from .params import ViewsConfig
@@ -51,13 +52,28 @@ def format_patch_match_cfg(scene: Scene, sel: ViewSelection) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_views_json(record: Path, scene: Scene) -> ViewSelection:
+    """The selection a finished views stage wrote; a damaged record raises naming it."""
+    n = scene.num_views
+    try:
+        sel = ViewSelection.from_json(json.loads(record.read_text()))
+        matches = len(sel.neighbors) == n and all(0 <= j < n for nbrs in sel.neighbors for j in nbrs)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise MVSError(f"{record}: not a complete views record ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                       f"delete it or rerun with --overwrite") from exc
+    if not matches:
+        raise MVSError(f"{record}: lists {len(sel.neighbors)} views with neighbours that do not match the "
+                       f"{n} views of {scene.sparse_dir}; delete it or rerun with --overwrite")
+    return sel
+
+
 def select_and_write(cfg: ViewsConfig, scene: Scene, out_dir: Path, overwrite: bool = False) -> ViewSelection:
     """Select views and write stereo/{views.json,pair.txt,patch-match.cfg}; skip if present."""
     stereo = Path(out_dir) / "stereo"
     record = stereo / "views.json"
     if record.is_file() and not overwrite:
         log.info("views: %s exists; skipping (use --overwrite to redo)", record)
-        return ViewSelection.from_json(json.loads(record.read_text()))
+        return read_views_json(record, scene)
     sel = select_views(scene, cfg)
     atomic_write_text(stereo / "pair.txt", format_pair_txt(sel))
     atomic_write_text(stereo / "patch-match.cfg", format_patch_match_cfg(scene, sel))

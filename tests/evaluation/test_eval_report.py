@@ -114,9 +114,9 @@ def test_report_reads_previews_not_maps_or_clouds(tmp_path):
 
 
 def test_report_of_empty_folder_and_cli(tmp_path, capsys):
-    assert main(["report", str(tmp_path)]) == 0
-    page = (tmp_path / "report.html").read_text()
-    assert "no run outputs" in page and json.loads((tmp_path / "report.json").read_text())["run_dir"] == str(tmp_path)
+    assert main(["report", str(tmp_path)]) == 2  # issue 19: an empty folder is an error, not an empty report
+    assert "no run outputs" in capsys.readouterr().err
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "report.json").exists()
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 

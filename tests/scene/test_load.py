@@ -135,7 +135,7 @@ def test_corrupt_model_named(tmp_path):
     write_colmap_project(tmp_path / "ws")
     images_bin = tmp_path / "ws" / "sparse" / "0" / "images.bin"
     images_bin.write_bytes(images_bin.read_bytes()[:50])
-    with pytest.raises(MVSError, match=r"sparse/0: cannot read COLMAP model"):
+    with pytest.raises(MVSError, match=r"sparse/0/images\.bin: .*truncated"):
         load.prepare_workspace(_cfg(), tmp_path / "ws", tmp_path / "out", progress=False)
 
 

@@ -27,6 +27,7 @@ from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
 from mvs_pipeline.io.atomic import atomic_path, atomic_write_text
 
+from .local_frame import frame_centre, is_double, offsets
 from .validate import as_points, gpu_memory_fallback, to_host
 from .voxel_pool.ops import interval_max, interval_mean, sort_intervals
 
@@ -45,7 +46,7 @@ MAX_RASTER_CELLS = 1 << 28
 
 @dataclass
 class DSMRaster:
-    height: np.ndarray          # [H, W] float32, NaN where empty
+    height: np.ndarray          # [H, W] float32 (float64 for a float64 cloud), NaN where empty
     color: np.ndarray | None    # [H, W, 3] uint8 colour of the highest point (None without colours)
     count: np.ndarray           # [H, W] int32 points per cell
     origin: tuple[float, float, float]
@@ -88,7 +89,9 @@ def compute_dsm(xyz, colors=None, cell_size: float | None = None, up_axis: str =
         raise MVSError(f"up_axis must be one of {', '.join(UP_AXES)}, got {up_axis!r}")
     if reduce not in ("max", "mean"):
         raise MVSError(f"reduce must be 'max' or 'mean', got {reduce!r}")
-    pts = to_host(as_points(xyz))
+    # float64 clouds are binned on offsets from their centre; heights come from the input itself.
+    centre = frame_centre(xyz)
+    pts = to_host(as_points(offsets(xyz, centre)))
     n = pts.shape[0]
     if colors is not None:
         colors = np.asarray(to_host(colors))
@@ -122,17 +125,25 @@ def compute_dsm(xyz, colors=None, cell_size: float | None = None, up_axis: str =
     top, top_index = interval_max(height_x, intervals, resolved)
     value = top if reduce == "max" else interval_mean(height_x[:, None].copy(), intervals, resolved)[:, 0]
     cells = to_host(intervals.keys)
-    raster = np.full(h * w, np.nan, dtype=np.float32)
-    raster[cells] = to_host(value)
     count = np.zeros(h * w, dtype=np.int32)
     count[cells] = to_host(intervals.lengths).astype(np.int32)
+    if is_double(xyz):  # float64 heights of the input points: the highest one, or a float64 mean
+        exact = to_host(xyz) @ up
+        raster = np.full(h * w, np.nan, dtype=np.float64)
+        if reduce == "max":
+            raster[cells] = exact[to_host(top_index)]
+        else:
+            raster[cells] = np.bincount(keys, weights=exact, minlength=h * w)[cells] / count[cells]
+    else:
+        raster = np.full(h * w, np.nan, dtype=np.float32)
+        raster[cells] = to_host(value)
     color = None
     if colors is not None:
         color = np.zeros((h * w, 3), dtype=np.uint8)
         color[cells] = colors[to_host(top_index)]
         color = color.reshape(h, w, 3)
     v_top = v0 + h * cell_size
-    origin = tuple(float(x) for x in (u0 * e1 + v_top * e2))
+    origin = tuple(float(x) for x in (u0 * e1 + v_top * e2 + (centre - (centre @ up) * up)))
     return DSMRaster(height=raster.reshape(h, w), color=color, count=count.reshape(h, w), origin=origin,
                      cell_size=float(cell_size), col_axis=UP_AXES[up_axis][0],
                      row_axis=tuple(-c for c in UP_AXES[up_axis][1]), up_axis=UP_AXES[up_axis][2], reduce=reduce)
@@ -166,7 +177,8 @@ def _write_image(path: Path, image: np.ndarray) -> None:
 
 def write_dsm(raster: DSMRaster, dsm_path: Path, json_path: Path, ortho_path: Path | None = None,
               hillshade_path: Path | None = None) -> dict[str, Path]:
-    """DSM as float32 TIFF, sidecar JSON, optional orthophoto PNG (RGBA) and hillshade PNG."""
+    """DSM as float32 TIFF (float64 for a float64 cloud), sidecar JSON, optional orthophoto PNG (RGBA)
+    and hillshade PNG."""
     outputs = {"dsm": Path(dsm_path), "dsm_json": Path(json_path)}
     _write_image(outputs["dsm"], raster.height)
     if ortho_path is not None and raster.color is not None:
@@ -183,8 +195,8 @@ def write_dsm(raster: DSMRaster, dsm_path: Path, json_path: Path, ortho_path: Pa
 
 
 def read_dsm(dsm_path: Path) -> np.ndarray:
-    """[H, W] float32 DSM written by write_dsm."""
+    """[H, W] DSM written by write_dsm, float32 (float64 when written from a float64 cloud)."""
     image = cv2.imread(str(dsm_path), cv2.IMREAD_UNCHANGED)
     if image is None:
         raise MVSError(f"{dsm_path}: not a readable TIFF")
-    return image.astype(np.float32)
+    return image if image.dtype == np.float64 else image.astype(np.float32)

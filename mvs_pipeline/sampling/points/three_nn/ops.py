@@ -17,6 +17,7 @@ channel) from one cloud onto other positions, e.g. from an FPS sample back to th
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from mvs_pipeline.io.ply import PointCloud
 
 from ..attributes import attribute_matrix, available_attributes, restore_attributes
 from ..grid import GridSpec, choose_grid
+from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, gpu_free_bytes, gpu_memory_fallback, is_cupy_array, to_host
 from . import cpu as cpu_nn
 
@@ -74,8 +76,19 @@ def three_nn(unknown, known, *, backend: str = "auto", grid: GridSpec | None = N
     return xp.asarray(dist), xp.asarray(idx.astype(np.int64))
 
 
+def check_eps(eps: float) -> None:
+    """eps > 0: with 0 a query on a known point divides by zero, a negative eps flips weights' signs."""
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise MVSError(f"eps must be a positive distance in metres (e.g. {DEFAULT_EPS:g}), got {eps!r}")
+
+
 def inverse_distance_weights(dist, idx=None, eps: float = DEFAULT_EPS):
     """w_k = (1 / (d_k + eps)) / sum_j (1 / (d_j + eps)); slots with idx < 0 get 0. [N, 3] float32."""
+    check_eps(eps)
     xp = array_module(dist)
     d = dist.astype(xp.float64)
     recip = 1.0 / (d + eps)
@@ -138,11 +151,15 @@ def interpolate_attributes(source: PointCloud, target_xyz: np.ndarray, names: li
     3 nearest source points (inverse-distance weights). Colours are rounded to uint8, normals
     re-normalised, integer channels rounded back to their dtype."""
     names = available_attributes(source) if names is None else list(names)
-    target_xyz = to_host(as_points(target_xyz, "target", allow_empty=True))
-    dist, idx = three_nn(target_xyz, source.xyz, backend=backend)
+    check_eps(eps)
+    # float64 clouds are searched on offsets from the source's centre (local_frame.py); the
+    # output keeps the target positions as given.
+    centre = frame_centre(source.xyz if is_double(source.xyz) else np.asarray(target_xyz))
+    queries = to_host(as_points(offsets(np.asarray(target_xyz), centre), "target", allow_empty=True))
+    dist, idx = three_nn(queries, offsets(source.xyz, centre), backend=backend)
     weight = inverse_distance_weights(dist, idx, eps)
     matrix, layout = attribute_matrix(source, names)
     values = three_interpolate(matrix, idx, weight, backend=backend) if layout else matrix[:0]
-    out = PointCloud(xyz=np.asarray(target_xyz, dtype=np.float32))
+    out = PointCloud(xyz=np.array(target_xyz, dtype=np.float64 if is_double(target_xyz) else np.float32))
     restore_attributes(out, values, layout, source)
     return out

@@ -25,6 +25,7 @@ from mvs_pipeline.gpu.backend import resolve_backend
 from mvs_pipeline.io.ply import PointCloud
 
 from ..attributes import attribute_matrix, available_attributes, restore_attributes
+from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
 from . import cpu as cpu_vp
 
@@ -141,10 +142,19 @@ def voxel_pool(xyz, features=None, voxel_size: float = 0.01, origin=None, *, bac
 
 
 def voxel_downsample(cloud: PointCloud, voxel_size: float, *, backend: str = "auto") -> PointCloud:
-    """One point per occupied voxel with mean attributes and a `voxel_count` int32 channel."""
+    """One point per occupied voxel with mean attributes and a `voxel_count` int32 channel.
+
+    A float64 cloud is pooled on offsets from its centre and its mean positions are summed in
+    float64 (in increasing point index, so a voxel of one point returns that point exactly)."""
     matrix, layout = attribute_matrix(cloud, available_attributes(cloud))
-    pooled = voxel_pool(cloud.xyz, matrix if layout else None, voxel_size, backend=backend)
-    out = PointCloud(xyz=pooled.xyz)
+    centre = frame_centre(cloud.xyz)
+    pooled = voxel_pool(offsets(cloud.xyz, centre), matrix if layout else None, voxel_size, backend=backend)
+    xyz = pooled.xyz
+    if is_double(cloud.xyz):
+        points = to_host(cloud.xyz)
+        xyz = np.stack([np.bincount(pooled.point_voxel, weights=points[:, i], minlength=len(pooled.counts))
+                        for i in range(3)], axis=1) / pooled.counts[:, None]
+    out = PointCloud(xyz=xyz)
     restore_attributes(out, pooled.features, layout, cloud, bool_as_fraction=True)
     out.extra["voxel_count"] = pooled.counts.astype(np.int32)
     return out

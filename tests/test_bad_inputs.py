@@ -1,0 +1,381 @@
+"""Bad inputs, faults and reruns through the CLI (issue 19, items 3-5), on the CPU backend.
+
+Every case runs `python -m mvs_pipeline ...` in a subprocess on a tiny input and checks the exit
+code, that the one error line names the right file, key or image, and that no traceback (Python
+or C++) reaches the user. The table holds the one-command cases; the rest (float64 round trips,
+signals, leftovers, file modes, reruns) are separate tests below it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import plyfile
+import pytest
+
+from tests.tiny_model import write_colmap_project
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = ["--set", "backend=cpu"]
+
+
+def cli(*args, timeout: float = 180, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "mvs_pipeline", "-q", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def error_messages(stderr: str) -> list[str]:
+    """The CLI's messages: a line starting `mvs-pipeline`, plus its indented continuation lines
+    (a config error lists every problem, one per line)."""
+    messages: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith("mvs-pipeline"):
+            messages.append(line)
+        elif messages and line.startswith("  "):
+            messages[-1] += "\n" + line
+    return messages
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess, rc: int, needles: list[str]) -> str:
+    """Exit code `rc`, exactly one message naming every needle, no Python/C++ traceback."""
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out
+    assert "Check failed" not in out and ".cc:" not in out and "*** " not in out, out  # pycolmap/glog
+    assert proc.returncode == rc, out
+    messages = error_messages(proc.stderr)
+    assert len(messages) == 1, out
+    for needle in needles:
+        assert needle in messages[0], (needle, messages[0])
+    return messages[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """A tiny COLMAP project (5 PINHOLE views, 64x48 PNG images, sparse/0 binary)."""
+    root = tmp_path_factory.mktemp("pristine") / "ws"
+    write_colmap_project(root, num_views=5)
+    return root
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, pristine) -> Path:
+    """`pristine` after the load and views stages."""
+    out = tmp_path_factory.mktemp("prepared") / "out"
+    proc = cli("run", pristine, "-o", out, "--stages", "load,views", *CPU)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def write_cloud(path: Path, xyz: np.ndarray, colors: np.ndarray | None = None) -> None:
+    """PLY with x, y, z in xyz's dtype (float32 or float64) and optional uchar colours."""
+    kind = "f8" if xyz.dtype == np.float64 else "f4"
+    dtype = [(a, kind) for a in "xyz"] + ([(c, "u1") for c in ("red", "green", "blue")] if colors is not None else [])
+    arr = np.empty(len(xyz), dtype=dtype)
+    for i, a in enumerate("xyz"):
+        arr[a] = xyz[:, i]
+    if colors is not None:
+        for i, c in enumerate(("red", "green", "blue")):
+            arr[c] = colors[:, i]
+    plyfile.PlyData([plyfile.PlyElement.describe(arr, "vertex")]).write(str(path))
+
+
+def read_xyz(path: Path) -> np.ndarray:
+    v = plyfile.PlyData.read(str(path))["vertex"].data
+    return np.stack([v[a] for a in "xyz"], axis=1)
+
+
+def truncate(path: Path, fraction: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * fraction)])
+
+
+def utm_cloud(n: int = 400, seed: int = 0) -> np.ndarray:
+    """[n, 3] float64 around (500 000, 5 000 000, 300) m, with sub-millimetre digits."""
+    rng = np.random.default_rng(seed)
+    return np.array([512_345.678_9, 5_234_567.891_2, 312.345_6]) + rng.uniform(0, 20, size=(n, 3))
+
+
+# Each builder gets a fresh folder (and the module fixtures) and returns
+# (argv, exit code, needles that the message must contain, optional check(message) after the run).
+def case_eps(value):
+    def build(tmp, pristine, prepared):
+        pts = np.random.default_rng(1).uniform(0, 1, size=(30, 3)).astype(np.float32)
+        write_cloud(tmp / "src.ply", pts, np.full((30, 3), 200, np.uint8))
+        write_cloud(tmp / "tgt.ply", pts[:10])  # targets on source points: distance 0
+        after = lambda msg: not (tmp / "out.ply").exists()  # noqa: E731
+        return (["interpolate", tmp / "src.ply", tmp / "tgt.ply", "-o", tmp / "out.ply", "--eps", value,
+                 "--backend", "cpu"], 2, ["--eps"], after)
+    return build
+
+
+def case_gt_scan_nan(tmp, pristine, prepared):
+    from mvs_pipeline.evaluation.mlp import write_mlp
+
+    scan = np.random.default_rng(2).uniform(-1, 1, size=(50, 3))
+    scan[7, 1] = np.nan
+    write_cloud(tmp / "scan1.ply", scan.astype(np.float32))
+    write_mlp(tmp / "gt.mlp", [("scan1.ply", np.eye(4))])
+    write_cloud(tmp / "recon.ply", scan[:5].astype(np.float32))
+    return (["evaluate", tmp / "recon.ply", "--gt", tmp / "gt.mlp", "--no-official", "--backend", "cpu"],
+            2, ["scan1.ply", "index 7"], None)
+
+
+def copy_workspace(pristine: Path, tmp: Path) -> Path:
+    ws = tmp / "ws"
+    shutil.copytree(pristine, ws)
+    return ws
+
+
+def case_pose_nan(tmp, pristine, prepared):
+    ws = copy_workspace(pristine, tmp)
+    images_bin = ws / "sparse" / "0" / "images.bin"
+    data = bytearray(images_bin.read_bytes())
+    # images.bin: uint64 count, then per image: uint32 image_id, 4 x f64 qvec, 3 x f64 tvec, ...
+    image_id = struct.unpack_from("<I", data, 8)[0]
+    struct.pack_into("<d", data, 8 + 4 + 32 + 8, float("nan"))  # ty of the first image
+    images_bin.write_bytes(bytes(data))
+    return (["run", ws, "-o", tmp / "out", "--stages", "load", *CPU], 2,
+            ["images.bin", f"image_id {image_id}", "non-finite"], None)
+
+
+def case_gt_missing(tmp, pristine, prepared):
+    out = tmp / "out"
+    return (["run", pristine, "-o", out, "--gt", tmp / "nope.mlp", "--stages", "load", *CPU], 2,
+            [str(tmp / "nope.mlp")], lambda msg: not out.exists())  # refused before the first stage
+
+
+def case_truncated_png(tmp, pristine, prepared):
+    ws = copy_workspace(pristine, tmp)
+    truncate(ws / "images" / "img_02.png")
+    out = tmp / "out"
+    return (["run", ws, "-o", out, "--stages", "load", *CPU], 2, [str(ws / "images" / "img_02.png")],
+            lambda msg: not (out / "images").exists())
+
+
+def case_truncated_jpeg(tmp, pristine, prepared):
+    import cv2
+
+    ws = copy_workspace(pristine, tmp)
+    pixels = cv2.imread(str(ws / "images" / "img_03.png"))
+    ok, jpeg = cv2.imencode(".jpg", pixels)
+    assert ok
+    (ws / "images" / "img_03.png").write_bytes(jpeg.tobytes()[: len(jpeg) * 2 // 3])  # JPEG data, cut
+    return (["run", ws, "-o", tmp / "out", "--stages", "load", *CPU], 2, [str(ws / "images" / "img_03.png")],
+            None)
+
+
+def case_views_json_truncated(tmp, pristine, prepared):
+    out = tmp / "out"
+    shutil.copytree(prepared, out)
+    truncate(out / "stereo" / "views.json")
+    return (["run", pristine, "-o", out, "--stages", "views", *CPU], 2, [str(out / "stereo" / "views.json")], None)
+
+
+def case_model_file_truncated(name):
+    def build(tmp, pristine, prepared):
+        ws = copy_workspace(pristine, tmp)
+        truncate(ws / "sparse" / "0" / name, 0.6)
+        return (["run", ws, "-o", tmp / "out", "--stages", "load", *CPU], 2, [str(ws / "sparse" / "0" / name)],
+                None)
+    return build
+
+
+def case_set(text, forbidden=None):
+    def build(tmp, pristine, prepared):
+        after = (lambda msg: forbidden not in msg) if forbidden else None
+        return (["run", pristine, "-o", tmp / "out", "--set", text, *CPU], 2, [f"--set {text}"], after)
+    return build
+
+
+def case_report_empty(tmp, pristine, prepared):
+    (tmp / "empty").mkdir()
+    return (["report", tmp / "empty"], 2, [str(tmp / "empty")], lambda msg: not (tmp / "empty" / "report.html").exists())
+
+
+def case_output_is_input(tmp, pristine, prepared):
+    ws = copy_workspace(pristine, tmp)
+    return (["run", ws, "-o", ws, "--stages", "load", *CPU], 2, [str(ws)],
+            lambda msg: not (ws / "config.resolved.yaml").exists())
+
+
+CASES = {
+    "interpolate_eps_zero": case_eps("0"),
+    "interpolate_eps_negative": case_eps("-1"),
+    "gt_scan_nan": case_gt_scan_nan,
+    "camera_pose_nan": case_pose_nan,
+    "gt_missing_before_first_stage": case_gt_missing,
+    "truncated_png": case_truncated_png,
+    "truncated_jpeg": case_truncated_jpeg,
+    "truncated_views_json": case_views_json_truncated,
+    "truncated_cameras_bin": case_model_file_truncated("cameras.bin"),
+    "truncated_images_bin": case_model_file_truncated("images.bin"),
+    "truncated_points3D_bin": case_model_file_truncated("points3D.bin"),
+    "set_unknown_section": case_set("bogus.key=1"),
+    "set_replaces_a_value_with_a_section": case_set("views.num_neighbors.x=1", forbidden="default.yaml"),
+    "report_on_empty_folder": case_report_empty,
+    "output_is_the_input_workspace": case_output_is_input,
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name, tmp_path, pristine, prepared):
+    argv, rc, needles, after = CASES[name](tmp_path, pristine, prepared)
+    proc = cli(*argv)
+    message = assert_clean_failure(proc, rc, needles)
+    if after is not None:
+        assert after(message), proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# float64 coordinates come back unmoved
+# ---------------------------------------------------------------------------------------------
+
+def test_fps_keeps_float64(tmp_path):
+    xyz = utm_cloud()
+    write_cloud(tmp_path / "in.ply", xyz)
+    proc = cli("fps", tmp_path / "in.ply", "-n", 50, "-o", tmp_path / "out.ply", "--indices", tmp_path / "i.npy",
+               "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    out, idx = read_xyz(tmp_path / "out.ply"), np.load(tmp_path / "i.npy")
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, xyz[idx])  # bit-identical, not float32-rounded
+    assert len(np.unique(idx)) == 50
+
+
+def test_voxelize_keeps_float64(tmp_path):
+    # One point per 1 m voxel (points 2 m apart on a jittered grid): each output point is an input point.
+    g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(3), indexing="ij"), -1).reshape(-1, 3) * 2.0
+    xyz = np.array([512_345.0, 5_234_567.0, 312.0]) + g + 0.5 + np.random.default_rng(3).uniform(-0.3, 0.3, g.shape)
+    write_cloud(tmp_path / "in.ply", xyz)
+    proc = cli("voxelize", tmp_path / "in.ply", "--voxel-size", 1.0, "-o", tmp_path / "out.ply", "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    out = read_xyz(tmp_path / "out.ply")
+    assert out.dtype == np.float64 and len(out) == len(xyz)
+    np.testing.assert_array_equal(np.unique(out, axis=0), np.unique(xyz, axis=0))
+
+
+def test_interpolate_keeps_float64(tmp_path):
+    xyz = utm_cloud()
+    colors = np.random.default_rng(4).integers(0, 255, size=(len(xyz), 3), dtype=np.uint8)
+    write_cloud(tmp_path / "src.ply", xyz[::2], colors[::2])
+    write_cloud(tmp_path / "tgt.ply", xyz)
+    proc = cli("interpolate", tmp_path / "src.ply", tmp_path / "tgt.ply", "-o", tmp_path / "out.ply",
+               "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    v = plyfile.PlyData.read(str(tmp_path / "out.ply"))["vertex"].data
+    out = np.stack([v[a] for a in "xyz"], axis=1)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, xyz)
+    # targets that are source points get that point's colour (distance 0 dominates the weights)
+    got = np.stack([v[c] for c in ("red", "green", "blue")], axis=1)
+    np.testing.assert_array_equal(got[::2], colors[::2])
+
+
+def test_dsm_keeps_float64(tmp_path):
+    import cv2
+
+    # One point per 1 m cell (the raster starts at the lowest x and y, those of point 0; the others
+    # lie up to 0.1 m above their cell's corner), heights with sub-millimetre digits.
+    ij = np.stack(np.meshgrid(np.arange(8), np.arange(5), indexing="ij"), -1).reshape(-1, 2)
+    rng = np.random.default_rng(5)
+    jitter = rng.uniform(0.0, 0.1, size=(len(ij), 2))
+    jitter[0] = 0.0
+    xyz = np.column_stack([512_345.123_456_7 + ij + jitter, 312.0 + rng.uniform(0, 1, len(ij))])
+    write_cloud(tmp_path / "in.ply", xyz)
+    proc = cli("dsm", tmp_path / "in.ply", "-o", tmp_path / "dsm.tif", "--cell-size", 1.0, "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "dsm.json").read_text())
+    height = cv2.imread(str(tmp_path / "dsm.tif"), cv2.IMREAD_UNCHANGED)
+    assert height.dtype == np.float64 and height.shape == (5, 8)
+    origin = np.array(meta["origin"])
+    # the cell of each point, from the sidecar's frame (z up: columns along +x, rows along -y)
+    # (clipped: point 0 lies on the raster's edge, where float64 rounding may put it either side)
+    col = np.clip(np.floor((xyz[:, 0] - origin[0]) / meta["cell_size"]).astype(int), 0, 7)
+    row = np.clip(np.floor((origin[1] - xyz[:, 1]) / meta["cell_size"]).astype(int), 0, 4)
+    np.testing.assert_array_equal(np.sort(col * 100 + row), np.sort(ij[:, 0] * 100 + (4 - ij[:, 1])))
+    np.testing.assert_array_equal(height[row, col], xyz[:, 2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reruns, leftovers, signals, file modes
+# ---------------------------------------------------------------------------------------------
+
+def test_rerun_replaces_a_bad_output_image(tmp_path, pristine, prepared):
+    """An output image that does not decode (left by an older version, or damaged) is not kept."""
+    from PIL import Image
+
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    bad = out / "images" / "img_01.png"
+    data = bad.read_bytes()
+    bad.unlink()  # break any hard link to the input before damaging the copy
+    bad.write_bytes(data[: len(data) // 2])
+    proc = cli("run", pristine, "-o", out, "--stages", "load", *CPU)
+    assert proc.returncode == 0, proc.stderr
+    with Image.open(bad) as im:
+        im.load()  # raises if still truncated
+    assert bad.read_bytes() == (pristine / "images" / "img_01.png").read_bytes()
+
+
+def test_leftovers_of_kill9_are_removed(tmp_path, prepared):
+    out = tmp_path / "out"
+    shutil.copytree(prepared, out)
+    # A writer killed with SIGKILL inside atomic_path leaves its temporary sibling behind.
+    code = ("import os, signal, sys; from mvs_pipeline.io.atomic import atomic_path\n"
+            "with atomic_path(sys.argv[1]) as tmp:\n"
+            "    tmp.write_bytes(b'half')\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    for target in (out / "stereo" / "views.json", out / "run.json"):
+        subprocess.run([sys.executable, "-c", code, str(target)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    leftovers = sorted(p for p in out.rglob(".*") if p.is_file())
+    assert len(leftovers) == 2, leftovers
+    proc = cli("run", "unused-workspace", "-o", out, "--stages", "views", *CPU)
+    assert proc.returncode == 0, proc.stderr
+    assert [p for p in leftovers if p.exists()] == []
+
+
+@pytest.mark.parametrize("sig, rc", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_exits_with_one_line(tmp_path, pristine, sig, rc):
+    """SIGTERM/Ctrl-C during the depth stage: exit 128 + signal, one line that says what was kept."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "mvs_pipeline", "run", pristine, "-o", out,
+                             "--stages", "load,views,depth", *CPU], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "stereo" / "views.json").exists():  # views done: the depth stage is starting
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    line = assert_clean_failure(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), rc,
+                                [signal.Signals(sig).name, "kept", "load, views"])
+    assert "rerun" in line
+
+
+def test_outputs_follow_the_umask(tmp_path, pristine):
+    out = tmp_path / "out"
+    proc = cli("run", pristine, "-o", out, "--stages", "load,views", *CPU, preexec_fn=lambda: os.umask(0o022))
+    assert proc.returncode == 0, proc.stderr
+    for path in (out / "config.resolved.yaml", out / "run.json", out / "stereo" / "views.json",
+                 out / "stereo" / "pair.txt"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
