@@ -2,6 +2,7 @@
 
     mvs-pipeline evaluate RECON.ply --gt scan_alignment.mlp [--tolerances 0.01,0.02,...] [--json OUT.json]
     mvs-pipeline evaluate --depth-run OUT --gt-depth GT_DEPTH_DIR [--json OUT.json]
+    mvs-pipeline evaluate RECON.ply --masks MASK_DIR --sparse MODEL [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def register(sub) -> None:
                    help="for ETH3D raw GT depth: the distorted calibration (dslr_calibration_jpg) whose "
                         "cameras the GT maps belong to")
     p.add_argument("--error-images", type=Path, metavar="DIR", help="write per-image depth error PNGs here")
+    p.add_argument("--masks", type=Path, metavar="DIR",
+                   help="object masks DIR/<image name>.png (non-zero = object): mask precision and coverage of "
+                        "the reconstruction, for scenes without GT geometry (needs --sparse)")
+    p.add_argument("--sparse", type=Path, metavar="MODEL", help="COLMAP model whose cameras see the masks")
     p.set_defaults(func=main)
 
 
@@ -121,6 +126,20 @@ def _evaluate_cloud(args, record: dict) -> None:
     record.update(result)
 
 
+def _evaluate_masks(args, record: dict) -> None:
+    from ..evaluation.masks import cameras_from_model, mask_metrics  # noqa: PLC0415
+    from ..io.ply import read_ply  # noqa: PLC0415
+
+    if args.sparse is None:
+        raise MVSError("--masks needs --sparse MODEL (the COLMAP model whose images the masks belong to)")
+    result = mask_metrics(read_ply(args.reconstruction).xyz, cameras_from_model(args.sparse), args.masks)
+    fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
+    print(f"{result['points']} points in {len(result['images'])} images ({result['unseen_points']} seen by none): "
+          f"mask precision {fmt(result['precision_all'])} (in all views), {fmt(result['precision_90'])} (in 90 % "
+          f"of views), mask coverage {fmt(result['coverage'])}")
+    record["masks"] = result
+
+
 def _evaluate_depths(args, record: dict) -> None:
     from ..evaluation.depth_metrics import evaluate_run_depths, format_depth_table  # noqa: PLC0415
 
@@ -136,8 +155,12 @@ def main(args: argparse.Namespace) -> int:
     if args.reconstruction is None and args.depth_run is None:
         raise MVSError("give a reconstruction PLY (with --gt) and/or --depth-run OUT --gt-depth DIR")
     record: dict = {}
-    if args.reconstruction is not None:
+    if args.reconstruction is not None and (args.gt is not None or args.masks is None):
         _evaluate_cloud(args, record)
+    if args.masks is not None:
+        if args.reconstruction is None:
+            raise MVSError("--masks scores a reconstruction PLY: give its path")
+        _evaluate_masks(args, record)
     if args.depth_run is not None:
         _evaluate_depths(args, record)
     if args.json:

@@ -26,6 +26,9 @@ class EvaluateConfig:
         "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped)"))
     write_clouds: bool = field(default=False, metadata=meta(
         "also write coloured complete/accurate/inaccurate/unobserved clouds per tolerance to OUT/eval/"))
+    mask_dir: str | None = field(default=None, metadata=meta(
+        "object masks MASK_DIR/<image name>.png (non-zero = object, the run's image sizes): score the clouds' "
+        "mask precision and coverage into OUT/eval/masks_<cloud>.json (null = no mask metrics)"))
     depth_metrics: bool = field(default=True, metadata=meta(
         "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))
     report: bool = field(default=True, metadata=meta("write OUT/report.html and OUT/report.json at the end"))

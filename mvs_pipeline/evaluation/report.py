@@ -218,6 +218,22 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
             body = f"<div class=charts>{_eth3d_charts(eth3d)}</div>" + body
         sections.append(f"<h2>ETH3D evaluation</h2>{body}")
 
+    masks = {}
+    for p in sorted(eval_dir.glob("masks_*.json")) if eval_dir.is_dir() else []:
+        r = _read_json(p)
+        if r and "precision_all" in r:
+            masks[p.stem[len("masks_"):]] = {k: v for k, v in r.items() if k != "images"}
+    if masks:
+        report["masks"] = masks
+
+        def fmt(v):
+            return "-" if v is None else f"{v:.4f}"
+
+        rows = "".join(f"<tr><td>{esc(c)}</td><td>{r['points']}</td><td>{fmt(r['precision_all'])}</td>"
+                       f"<td>{fmt(r['precision_90'])}</td><td>{fmt(r['coverage'])}</td></tr>" for c, r in masks.items())
+        sections.append("<h2>Mask metrics</h2><table><tr><th>cloud</th><th>points</th><th>precision (all views)</th>"
+                        f"<th>precision (90 % of views)</th><th>coverage</th></tr>{rows}</table>")
+
     depth_json = eval_dir / "depth.json"
     if depth_json.is_file():
         d = _read_json(depth_json)

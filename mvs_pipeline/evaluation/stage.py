@@ -17,6 +17,7 @@ import logging
 import os
 from pathlib import Path
 
+from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from .jsonutil import to_json
 
@@ -116,6 +117,9 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     else:
         log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
 
+    if cfg.mask_dir is not None:
+        summary["masks"] = _mask_scores(cfg, out_dir, overwrite)
+
     if cfg.depth_metrics:
         gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
         if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
@@ -126,6 +130,33 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     if cfg.report if make_report is None else make_report:
         summary["report"] = str(write_final_report(cfg, out_dir))
     return summary
+
+
+def _mask_scores(cfg, out_dir: Path, overwrite: bool) -> dict:
+    """Mask precision and coverage of each cloud (masks.py), reused while cloud and masks are unchanged."""
+    from ..io.ply import read_ply  # noqa: PLC0415
+    from .masks import cameras_from_model, mask_metrics  # noqa: PLC0415
+
+    mask_dir = Path(cfg.mask_dir)
+    if not mask_dir.is_dir():
+        raise MVSError(f"evaluate.mask_dir: {mask_dir} is not a folder")
+    results, cameras = {}, None
+    for cloud in cfg.clouds:
+        ply = out_dir / f"{cloud}.ply"
+        if not ply.is_file():
+            continue
+        inputs = {"cloud": _stamp(ply), "masks": str(mask_dir.resolve())}
+        json_path = out_dir / "eval" / f"masks_{cloud}.json"
+        if not overwrite and _reusable(json_path, inputs):
+            continue
+        cameras = cameras if cameras is not None else cameras_from_model(out_dir / "sparse")
+        res = mask_metrics(read_ply(ply).xyz, cameras, mask_dir)
+        res["inputs"] = inputs
+        atomic_write_text(json_path, to_json(res))
+        results[cloud] = res
+        log.info("evaluate %s: mask precision %.4f (all views), %.4f (90 %% of views), coverage %.4f", cloud,
+                 res["precision_all"] or 0.0, res["precision_90"] or 0.0, res["coverage"] or 0.0)
+    return results
 
 
 def write_final_report(cfg, out_dir: Path) -> Path:

@@ -1,0 +1,130 @@
+"""Mask precision and coverage against a brute-force reference, a hand-made case, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from mvs_pipeline.cli import main
+from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics
+from mvs_pipeline.io.ply import PointCloud, write_ply
+from mvs_pipeline.synth.camera import look_at
+from tests.tiny_model import build_tiny_reconstruction
+
+
+def _pinhole(f, cx, cy):
+    return lambda cam: np.stack([f * cam[:, 0] / cam[:, 2] + cx, f * cam[:, 1] / cam[:, 2] + cy], axis=1)
+
+
+def _reference(xyz, cams, masks, cell):
+    """Point by point, camera by camera, cell by cell: the definitions, written plainly."""
+    seen, inside = [0] * len(xyz), [0] * len(xyz)
+    coverage = []
+    for cam, mask in zip(cams, masks):
+        hits = set()
+        for i, p in enumerate(xyz):
+            c = cam["cam_from_world"][:, :3] @ p + cam["cam_from_world"][:, 3]
+            if c[2] <= 0:
+                continue
+            u, v = cam["img_from_cam"](c[None])[0]
+            col, row = int(np.floor(u)), int(np.floor(v))
+            if 0 <= col < cam["width"] and 0 <= row < cam["height"]:
+                seen[i] += 1
+                inside[i] += bool(mask[row, col])
+                hits.add((row // cell, col // cell))
+        full = [(r, c) for r in range(cam["height"] // cell) for c in range(cam["width"] // cell)
+                if mask[r * cell:(r + 1) * cell, c * cell:(c + 1) * cell].all()]
+        if full:
+            coverage.append(sum(rc in hits for rc in full) / len(full))
+    vis = [i for i in range(len(xyz)) if seen[i]]
+    return (np.mean([inside[i] == seen[i] for i in vis]), np.mean([inside[i] >= 0.9 * seen[i] for i in vis]),
+            np.mean(coverage), len(xyz) - len(vis))
+
+
+def test_matches_the_reference_on_random_scenes(tmp_path):
+    rng = np.random.default_rng(11)
+    cams, masks = [], []
+    for k in range(4):
+        R, t = look_at(np.array([np.sin(k) * 4, 0.3 * k, -4 * np.cos(k)]), np.zeros(3), up=(0.0, 1.0, 0.0))
+        cams.append({"name": f"v{k}.png", "width": 40, "height": 30, "img_from_cam": _pinhole(35.0, 20.0, 15.0),
+                     "cam_from_world": np.hstack([R, t[:, None]])})
+        mask = np.zeros((30, 40), np.uint8)
+        cv2.circle(mask, (int(rng.integers(12, 28)), int(rng.integers(10, 20))), int(rng.integers(6, 12)), 255, -1)
+        masks.append(mask)
+        cv2.imwrite(str(tmp_path / f"v{k}.png.png"), mask)
+    xyz = np.concatenate([rng.normal(scale=0.4, size=(300, 3)), rng.uniform(-6, 6, size=(100, 3))])
+    got = mask_metrics(xyz, cams, tmp_path)
+    p_all, p_90, cov, unseen = _reference(xyz, cams, masks, 4)
+    assert got["precision_all"] == pytest.approx(p_all, abs=1e-12)
+    assert got["precision_90"] == pytest.approx(p_90, abs=1e-12)
+    assert got["coverage"] == pytest.approx(cov, abs=1e-12)
+    assert got["unseen_points"] == unseen and 0 < unseen < 100
+    assert 0.05 < p_all < 0.95 and 0.0 < cov < 1.0  # the scene exercises both outcomes
+
+
+def test_hand_made_case(tmp_path):
+    mask = np.zeros((8, 8), np.uint8)
+    mask[:, :4] = 255                      # left half: 2 x 1 full 4x4 cells
+    cv2.imwrite(str(tmp_path / "a.png.png"), mask)
+    cam = {"name": "a.png", "width": 8, "height": 8, "img_from_cam": _pinhole(4.0, 4.0, 4.0),
+           "cam_from_world": np.hstack([np.eye(3), np.zeros((3, 1))])}
+    # pixel (row 1, col 1) inside; (row 1, col 6) outside; one point behind the camera
+    xyz = np.array([[-2.5 / 4, -2.5 / 4, 1.0], [2.5 / 4, -2.5 / 4, 1.0], [0.0, 0.0, -1.0]])
+    got = mask_metrics(xyz, [cam], tmp_path)
+    assert (got["precision_all"], got["unseen_points"], got["coverage"]) == (0.5, 1, 0.5)
+
+
+def test_cli_scores_a_cloud_and_names_a_missing_mask(tmp_path, capsys):
+    rec = build_tiny_reconstruction(num_views=3, width=64, height=48, num_points=50)
+    (tmp_path / "sparse").mkdir()
+    rec.write(str(tmp_path / "sparse"))
+    (tmp_path / "masks").mkdir()
+    for image in rec.images.values():
+        cv2.imwrite(str(tmp_path / "masks" / f"{image.name}.png"), np.full((48, 64), 255, np.uint8))
+    xyz = np.array([p.xyz for p in rec.points3D.values()])
+    write_ply(tmp_path / "cloud.ply", PointCloud(xyz=xyz.astype(np.float32)))
+    args = ["evaluate", str(tmp_path / "cloud.ply"), "--masks", str(tmp_path / "masks"), "--sparse",
+            str(tmp_path / "sparse"), "--json", str(tmp_path / "m.json")]
+    assert main(args) == 0
+    rec_json = json.loads((tmp_path / "m.json").read_text())["masks"]
+    assert rec_json["precision_all"] == 1.0 and rec_json["unseen_points"] == 0 and rec_json["points"] == 50
+    first = sorted(im.name for im in rec.images.values())[0]
+    (tmp_path / "masks" / f"{first}.png").unlink()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{first}.png" in err and "not found" in err and err.count("\n") == 1
+
+
+def test_evaluate_stage_scores_masks_reuses_and_reports(tmp_path):
+    import dataclasses
+
+    from mvs_pipeline.config.loader import load_config
+    from mvs_pipeline.evaluation.report import write_report
+    from mvs_pipeline.evaluation.stage import evaluate_run
+
+    rec = build_tiny_reconstruction(num_views=3, width=64, height=48, num_points=60)
+    (tmp_path / "sparse").mkdir()
+    rec.write(str(tmp_path / "sparse"))
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    for image in rec.images.values():
+        m = np.zeros((48, 64), np.uint8)
+        m[:, :32] = 255
+        cv2.imwrite(str(masks / f"{image.name}.png"), m)
+    xyz = np.array([p.xyz for p in rec.points3D.values()], dtype=np.float32)
+    write_ply(tmp_path / "fused.ply", PointCloud(xyz=xyz))
+    cfg = dataclasses.replace(load_config("default").evaluate, mask_dir=str(masks), depth_metrics=False)
+    summary = evaluate_run(cfg, tmp_path, backend="cpu", make_report=False)
+    direct = mask_metrics(xyz, cameras_from_model(tmp_path / "sparse"), masks)
+    assert summary["masks"]["fused"]["precision_all"] == direct["precision_all"]
+    assert 0 < direct["precision_all"] < 1
+    json_path = tmp_path / "eval" / "masks_fused.json"
+    mtime = json_path.stat().st_mtime_ns
+    assert evaluate_run(cfg, tmp_path, backend="cpu", make_report=False)["masks"] == {}  # unchanged: reused
+    assert json_path.stat().st_mtime_ns == mtime
+    write_report(tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Mask metrics</h2>" in page and f"{direct['precision_all']:.4f}" in page
