@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from ..synth import SCENE_NAMES, generate_scene
+from ..synth.scene_names import SCENE_NAMES
 
 
 def register(sub) -> None:
@@ -34,6 +34,8 @@ def register(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    from ..synth.generate import generate_scene  # noqa: PLC0415 (open3d: only when rendering)
+
     out = generate_scene(args.scene, args.out, views=args.views, width=args.width, height=args.height,
                          seed=args.seed, scans=args.scans, scan_spacing=args.scan_spacing,
                          max_scan_points=args.max_scan_points, progress=not getattr(args, "quiet", False))

@@ -7,7 +7,17 @@ Modules: texture (band-limited solid textures), geometry (meshes with materials)
 normals), sparse (tracks and the COLMAP model), scans (ETH3D laser scans), generate (all of it).
 """
 
-from .generate import generate_scene
-from .scenes import SCENE_NAMES
+from .scene_names import SCENE_NAMES
+
+
+def __getattr__(name: str):
+    """`generate_scene` is imported on first use: it pulls in open3d (~1.5 s), which every other
+    command (they all register their options at start-up) would otherwise pay for."""
+    if name == "generate_scene":
+        from .generate import generate_scene  # noqa: PLC0415
+
+        return generate_scene
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["generate_scene", "SCENE_NAMES"]

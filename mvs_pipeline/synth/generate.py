@@ -37,7 +37,8 @@ from ..io.atomic import atomic_path, atomic_write_text
 from . import sparse as sparse_mod
 from .render import SENSOR_NOISE_SIGMA, render_view
 from .scans import simulate_scans, write_scans
-from .scenes import SCENE_NAMES, build_scene
+from .scene_names import SCENE_NAMES
+from .scenes import build_scene
 
 log = logging.getLogger(__name__)
 

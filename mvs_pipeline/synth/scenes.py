@@ -22,8 +22,6 @@ from .camera import Camera, intrinsics, look_at
 from .geometry import MeshBuilder, SceneMesh
 from .texture import Material
 
-SCENE_NAMES = ("object", "courtyard", "room")
-
 
 @dataclass(frozen=True)
 class Light:
