@@ -17,6 +17,8 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from .jsonutil import to_json
@@ -118,7 +120,7 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
         log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
 
     if cfg.mask_dir is not None:
-        summary["masks"] = _mask_scores(cfg, out_dir, overwrite)
+        summary["masks"] = _mask_scores(cfg, out_dir, backend, overwrite)
 
     if cfg.depth_metrics:
         gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
@@ -132,10 +134,14 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     return summary
 
 
-def _mask_scores(cfg, out_dir: Path, overwrite: bool) -> dict:
+def _mask_scores(cfg, out_dir: Path, backend: str, overwrite: bool) -> dict:
     """Mask precision and coverage of each cloud (masks.py), reused while cloud and masks are unchanged."""
+    from ..gpu.backend import resolve_backend  # noqa: PLC0415
+    from ..gpu.loader import import_cupy  # noqa: PLC0415
     from ..io.ply import read_ply  # noqa: PLC0415
     from .masks import cameras_from_model, mask_metrics  # noqa: PLC0415
+
+    xp = import_cupy() if resolve_backend(backend) == "cuda" else np
 
     mask_dir = Path(cfg.mask_dir)
     if not mask_dir.is_dir():
@@ -150,7 +156,7 @@ def _mask_scores(cfg, out_dir: Path, overwrite: bool) -> dict:
         if not overwrite and _reusable(json_path, inputs):
             continue
         cameras = cameras if cameras is not None else cameras_from_model(out_dir / "sparse")
-        res = mask_metrics(read_ply(ply).xyz, cameras, mask_dir)
+        res = mask_metrics(read_ply(ply).xyz, cameras, mask_dir, xp=xp)
         res["inputs"] = inputs
         atomic_write_text(json_path, to_json(res))
         results[cloud] = res
