@@ -101,11 +101,16 @@ def cameras_from_model(sparse_dir: Path) -> list[dict]:
         camera = rec.cameras[image.camera_id]
         out.append({"name": image.name, "width": int(camera.width), "height": int(camera.height),
                     "cam_from_world": np.asarray(image.cam_from_world().matrix(), dtype=np.float64),
-                    "img_from_cam": _pinhole(camera) if camera.model.name in PINHOLE_MODELS else camera.img_from_cam})
+                    "img_from_cam": _pinhole(camera) if camera.model.name in PINHOLE_MODELS else _on_host(camera)})
     return out
 
 
 PINHOLE_MODELS = ("PINHOLE", "SIMPLE_PINHOLE")
+
+
+def _on_host(camera):
+    """pycolmap's projection (any camera model), fed host arrays: CuPy input is copied down first."""
+    return lambda cam: camera.img_from_cam(cam.get() if hasattr(cam, "get") else cam)
 
 
 def _pinhole(camera):
