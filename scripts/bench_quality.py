@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Quality suite: `mvs-pipeline run` with the default config (no flags) on synthetic scenes with
+exact ground truth, and on DTU scan 24 with its object masks; one table of the scores.
+
+Synthetic rows: ETH3D accuracy / completeness / F1 of fused.ply at 1, 2 and 5 cm, points, seconds.
+DTU row: mask precision (all views, 90 % of views) and mask coverage of fused.ply, with the masks
+also given to fusion (as the DTU README asks); units there are millimetres.
+
+    python scripts/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_e2e import mvs  # noqa: E402 (same folder)
+
+# (scene kind, views, width, height, seed): small objects and rooms, an outdoor yard; seeds that
+# the tests do not use.
+SUITES = {
+    "quick": [("object", 10, 320, 240, 101), ("room", 14, 320, 240, 102), ("courtyard", 20, 800, 600, 103)],
+    "full": [("object", 10, 320, 240, 101), ("object", 10, 320, 240, 111), ("room", 14, 320, 240, 102),
+             ("room", 14, 640, 480, 112), ("courtyard", 20, 800, 600, 103), ("courtyard", 20, 800, 600, 113)],
+}
+TOLERANCES = (0.01, 0.02, 0.05)
+
+
+def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str]) -> dict:
+    name = f"{kind}_{views}x{width}x{height}_s{seed}"
+    scene, out = root / name, root / f"{name}_out"
+    if not (scene / "sparse").exists():
+        mvs("synth", "--scene", kind, "--out", str(scene), "--views", str(views), "--width", str(width),
+            "--height", str(height), "--seed", str(seed))
+    wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
+    eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
+    row = {"scene": name, "points": eth["num_reconstruction_points"], "seconds": round(wall, 1)}
+    for t in TOLERANCES:
+        k = eth["tolerances"].index(t)
+        row[f"{t * 100:g}cm"] = {m: round(eth[m][k], 4) for m in ("accuracy", "completeness", "f1")}
+    return row
+
+
+def dtu_row(root: Path, dtu: Path, extra: list[str]) -> dict:
+    out = root / "dtu_scan24_out"
+    masks = str((dtu / "masks").resolve())
+    wall = mvs("-q", "run", str(dtu), "-o", str(out), "--overwrite", "--set", f"fusion.mask_dir={masks}",
+               "--set", f"evaluate.mask_dir={masks}", "--set", "evaluate.clouds=[fused]", *extra)
+    m = json.loads((out / "eval" / "masks_fused.json").read_text())
+    return {"scene": "dtu_scan24 (49 x 1600x1200, masks in fusion)", "points": m["points"],
+            "seconds": round(wall, 1), "mask_precision_all": round(m["precision_all"], 4),
+            "mask_precision_90": round(m["precision_90"], 4), "mask_coverage": round(m["coverage"], 4)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES) + " |",
+             "|---|---|---|" + "---|" * len(TOLERANCES)]
+    for r in rows:
+        if "mask_precision_all" in r:
+            cells = [f"mask precision {r['mask_precision_all']} (all views), {r['mask_precision_90']} (90 %); "
+                     f"coverage {r['mask_coverage']}", "", ""]
+        else:
+            cells = [" / ".join(f"{r[f'{t * 100:g}cm'][m]:.3f}" for m in ("accuracy", "completeness", "f1"))
+                     for t in TOLERANCES]
+        lines.append(f"| {r['scene']} | {r['points']:,} | {r['seconds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", choices=sorted(SUITES), default="quick")
+    ap.add_argument("--dtu", type=Path, help="DTU scan 24 workspace (images/, sparse/, masks/)")
+    ap.add_argument("--no-synthetic", action="store_true", help="only the DTU row")
+    ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_quality")
+    ap.add_argument("--args", default="", help="extra arguments for every `run` (the suite means no flags)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    extra = args.args.split()
+    rows = []
+    t0 = time.perf_counter()
+    for spec in [] if args.no_synthetic else SUITES[args.suite]:
+        rows.append(synthetic_row(args.root, *spec, extra))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.dtu is not None:
+        rows.append(dtu_row(args.root, args.dtu, extra))
+        print(json.dumps(rows[-1]), flush=True)
+    print(table(rows))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
