@@ -162,7 +162,8 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
     if cfg_path.is_file():
         text = cfg_path.read_text()
         report["config"] = yaml.safe_load(text)
-        sections.append(f"<h2>Settings</h2><pre>{esc(text)}</pre>")
+        sections.append(f"<h2>Settings</h2><details><summary>config.resolved.yaml</summary><pre>{esc(text)}</pre>"
+                        "</details>")
 
     run = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else None
     if run:
