@@ -17,7 +17,6 @@ from ..errors import MVSError
 from .atomic import atomic_path
 
 PREVIEW_POINTS = 200_000
-CHUNK = 1 << 22  # rows per pass of the statistics (bounded temporary memory)
 
 
 def preview_path(ply_path: Path) -> Path:
@@ -39,11 +38,12 @@ def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: 
     except (OSError, ValueError, KeyError, plyfile.PlyParseError) as exc:
         raise MVSError(f"{ply_path}: cannot read the cloud for its preview ({exc})") from exc
     n = len(vertex)
-    lo, hi, total = np.full(3, np.inf), np.full(3, -np.inf), np.zeros(3)
-    for start in range(0, n, CHUNK):
-        block = np.stack([np.asarray(vertex[a][start:start + CHUNK], dtype=np.float64) for a in "xyz"], axis=1)
-        lo, hi = np.minimum(lo, block.min(0)), np.maximum(hi, block.max(0))
-        total += block.sum(0)
+    # Per column on the memory map itself: min/max are exact in the file's own type and the sum
+    # accumulates in float64 without a converted copy (a stacked [N, 3] float64 copy took 4x longer).
+    columns = [vertex[a] for a in "xyz"]
+    lo = np.array([float(c.min()) if n else np.inf for c in columns])
+    hi = np.array([float(c.max()) if n else -np.inf for c in columns])
+    total = np.array([float(c.sum(dtype=np.float64)) for c in columns])
     keep = np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False)) if n > max_points \
         else np.arange(n)
     picked = vertex[keep]

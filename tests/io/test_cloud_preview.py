@@ -10,8 +10,7 @@ from mvs_pipeline.io.cloud_preview import preview_path, read_cloud_preview, writ
 from mvs_pipeline.io.ply import PointCloud, write_ply
 
 
-def test_preview_statistics_are_the_whole_clouds(tmp_path, monkeypatch):
-    monkeypatch.setattr("mvs_pipeline.io.cloud_preview.CHUNK", 1000)  # several passes over the cloud
+def test_preview_statistics_are_the_whole_clouds(tmp_path):
     rng = np.random.default_rng(5)
     xyz = (rng.normal(size=(5000, 3)) * [3, 1, 0.5] + [500_000.0, 4_000_000.0, 30.0]).astype(np.float32)
     colors = rng.integers(0, 256, (5000, 3)).astype(np.uint8)
