@@ -2,6 +2,9 @@
 
 It sits at the bottom of the package so that stage parameters can describe themselves without
 importing the config loader (which imports every stage's parameters to build `PipelineConfig`).
+Every field of a `<stage>/params.py` dataclass carries `meta(help, unit, range)`, and
+`configs/default.yaml` documents the same field with the same default (tests/config keeps the two
+in step). `None` means "auto": the stage resolves the value, logs it and saves it with the run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The `depth` stage's parameters (`depth/stage.py`, `depth/passes.py`): ACMM's scales and passes.
 
 The per-pass PatchMatch settings are `depth/patchmatch/params.py` (the `patchmatch` section).
-
-Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
-with the same default (tests/config keeps the two in step). `None` means "auto".
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
 """
 
 from __future__ import annotations

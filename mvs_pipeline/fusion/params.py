@@ -1,7 +1,5 @@
 """The `fusion` stage's parameters (`fusion/stage.py`): when neighbouring depth maps agree.
-
-Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
-with the same default (tests/config keeps the two in step). `None` means "auto".
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
 """
 
 from __future__ import annotations

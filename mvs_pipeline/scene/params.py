@@ -1,7 +1,5 @@
 """The `load` stage's parameters (`scene/stage.py`): undistortion of non-pinhole cameras.
-
-Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same field
-with the same default (tests/config keeps the two in step). `None` means "auto".
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
 """
 
 from __future__ import annotations
