@@ -5,6 +5,8 @@ For each scene (made with `mvs-pipeline synth` unless it exists) the run is time
   cold   a fresh CuPy kernel cache (CUPY_CACHE_DIR in a new folder), precompiled kernels as
          installed (build/kernels or MVS_PIPELINE_KERNEL_DIR): a first run on a new machine;
   nvrtc  (--nvrtc) cold and without precompiled kernels: what NVRTC compilation costs;
+  installed  (--installed) a fresh CuPy cache that `mvs-pipeline doctor --warm-up` filled first,
+         as scripts/setup_env.sh does on a GPU machine (the warm-up's own time is printed);
   warm   the same command again with --overwrite (every stage recomputed, caches warm).
 Each row: wall (measured here), the stages' sum and the time outside them (run.json), GPU
 memory peak, F1 of fused.ply at 2 cm. Scenes: VIEWSxWIDTHxHEIGHT.
@@ -58,6 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_e2e")
     ap.add_argument("--nvrtc", action="store_true", help="also a cold run without precompiled kernels")
+    ap.add_argument("--installed", action="store_true", help="also a run after the install's warm-up")
     ap.add_argument("--args", default="", help="extra arguments for `run` (e.g. '--set backend=cpu')")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -70,11 +73,13 @@ def main(argv=None) -> int:
             t = mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(views), "--width",
                     str(width), "--height", str(height), "--seed", str(args.seed))
             print(f"{name}: synth {t:.1f} s", flush=True)
-        modes = (["nvrtc"] if args.nvrtc else []) + ["cold", "warm"]
+        modes = (["nvrtc"] if args.nvrtc else []) + ["cold"] + (["installed"] if args.installed else []) + ["warm"]
         for mode in modes:
             env = dict(os.environ)
-            if mode in ("cold", "nvrtc"):
+            if mode in ("cold", "nvrtc", "installed"):
                 env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy_cache_")
+            if mode == "installed":
+                print(f"{name} warm-up (install): {mvs('-q', 'doctor', '--warm-up', env=env):.1f} s", flush=True)
             if mode == "nvrtc":
                 env["MVS_PIPELINE_KERNEL_DIR"] = tempfile.mkdtemp(prefix="no_kernels_")
             out = args.root / f"{name}_out"

@@ -42,3 +42,9 @@ if command -v nvcc >/dev/null && cc=$(nvidia-smi --query-gpu=compute_cap --forma
   "$venv/bin/mvs-pipeline" -q build-kernels --archs "${cc/./}" \
     || echo "warning: kernel precompilation failed; kernels compile at first use instead" >&2
 fi
+# On a GPU machine, one tiny run fills CuPy's own kernel cache (its reductions, sorts, ...) so the
+# first real run does not compile them; once per environment.
+if [ ! -f "$venv/.mvs-warmed-up" ] && nvidia-smi >/dev/null 2>&1 \
+    && "$venv/bin/mvs-pipeline" -q doctor --warm-up >/dev/null; then
+  touch "$venv/.mvs-warmed-up"
+fi

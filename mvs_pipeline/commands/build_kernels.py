@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import MVSError
-from ..gpu.precompiled import KERNEL_DIR, MANIFEST, variant_key
+from ..gpu.precompiled import KERNEL_DIR, MANIFEST, read_manifest, variant_key
 from ..io.atomic import atomic_write_text
 from ..paths import CONFIG_DIR, CUDA_DIR
 
@@ -65,18 +65,22 @@ def build(out_dir: Path, archs: tuple[int, ...], jobs: int, progress: bool = Tru
     out_dir.mkdir(parents=True, exist_ok=True)
     variants = all_variants()
     manifest = {}
+    previous = read_manifest.__wrapped__(out_dir)  # the file as it is now, not a cached read
 
     def one(variant):
         basename, options = variant
         key = variant_key(basename, options)
         target = out_dir / f"{key}.fatbin"
+        entry = {"cu": basename, "options": list(options), "file": target.name, "archs": list(archs)}
+        if previous.get(key) == entry and target.is_file():  # same sources, options and archs: built already
+            return key, entry
         partial = out_dir / f".{key}.fatbin.partial"
         proc = subprocess.run(nvcc_command(basename, options, archs, partial), capture_output=True, text=True)
         if proc.returncode != 0:
             partial.unlink(missing_ok=True)
             raise MVSError(f"nvcc failed on {basename} {' '.join(options)}: {proc.stderr.strip()[:2000]}")
         os.replace(partial, target)
-        return key, {"cu": basename, "options": list(options), "file": target.name, "archs": list(archs)}
+        return key, entry
 
     from tqdm import tqdm  # noqa: PLC0415
 

@@ -60,3 +60,24 @@ def test_build_writes_a_fatbin_the_loader_finds(tmp_path, monkeypatch):
         assert path is not None and path.stat().st_size > 1000
         assert path.read_bytes()[:4] == b"\x50\xed\x55\xba"  # the fatbin magic number
     precompiled.read_manifest.cache_clear()
+
+    def no_nvcc(*args, **kwargs):
+        raise AssertionError("nvcc ran again for a variant that is built already")
+
+    monkeypatch.setattr(build_kernels.subprocess, "run", no_nvcc)
+    assert build_kernels.build(tmp_path, (80,), jobs=2, progress=False) == manifest
+    with pytest.raises(AssertionError, match="nvcc ran again"):   # other archs: a new build
+        build_kernels.build(tmp_path, (80, 90), jobs=1, progress=False)
+
+
+def test_doctor_without_gpu_says_so_and_refuses_warm_up(monkeypatch, capsys):
+    from mvs_pipeline.cli import main
+    from mvs_pipeline.commands import doctor
+
+    monkeypatch.setattr(doctor, "cuda_usable", lambda: (False, "no CUDA device (simulated)"))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA device (simulated)" in out and "variants the presets use" in out
+    assert main(["doctor", "--warm-up"]) == 2
+    err = capsys.readouterr().err
+    assert "--warm-up needs a usable GPU" in err and err.count("\n") == 1
