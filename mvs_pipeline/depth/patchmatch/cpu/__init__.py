@@ -60,7 +60,17 @@ from ..layout import (
     NUM_FPARAMS,
     NUM_IPARAMS,
 )
-from .cost import geom_cost, ref_window, row_coefficients, sample_bilinear, view_costs, window_cost
+from .cost import (
+    geom_cost,
+    plane_vector,
+    ref_window,
+    row_coefficients,
+    sample_bilinear,
+    source_cost,
+    view_costs,
+    weighted_view_cost,
+    window_cost,
+)
 from .debug import debug_candidates, debug_select_views, debug_view_costs
 from .drivers import init_all, propagate_color, refine_color, score_all, window_len
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal, transfer_depth
@@ -75,9 +85,9 @@ __all__ = [
     "F_SIGMA_SPATIAL", "I_GEOM", "I_INV_DEPTH", "I_ITER", "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE",
     "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K", "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS",
     "NUM_IPARAMS", "PASS_INIT", "debug_candidates", "debug_select_views", "debug_view_costs",
-    "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash", "perturb_normal", "pixel_ray",
+    "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash", "perturb_normal", "pixel_ray", "plane_vector",
     "propagate_color", "propagate_pass", "propagate_pixel", "random_depth", "random_normal", "ref_window",
     "refine_color", "refine_pass", "refine_pixel", "rng_u32", "rng_uniform", "row_coefficients",
-    "sample_bilinear", "score_all", "select_views", "top_k_cost", "transfer_depth", "view_costs",
-    "weighted_cost", "window_cost", "window_len",
+    "sample_bilinear", "score_all", "select_views", "source_cost", "top_k_cost", "transfer_depth", "view_costs",
+    "weighted_cost", "weighted_view_cost", "window_cost", "window_len",
 ]

@@ -161,6 +161,36 @@ def geom_cost(gdepth, sw, sh, M, e, Minv, f, x, y, depth, cap):
     return min(err, cap)
 
 
+@njit(cache=True, inline="always")
+def plane_vector(K_inv, x, y, nx, ny, nz, depth):
+    """(valid, v0, v1, v2) with v = K_ref^-T n / d; invalid when the plane is behind the camera."""
+    r0, r1, r2 = pixel_ray(K_inv, x, y)
+    d = -(nx * r0 + ny * r1 + nz * r2) * depth
+    if not (d > 0.0 and depth > 0.0):
+        return False, 0.0, 0.0, 0.0
+    v0 = (K_inv[0, 0] * nx + K_inv[1, 0] * ny + K_inv[2, 0] * nz) / d
+    v1 = (K_inv[0, 1] * nx + K_inv[1, 1] * ny + K_inv[2, 1] * nz) / d
+    v2 = (K_inv[0, 2] * nx + K_inv[1, 2] * ny + K_inv[2, 2] * nz) / d
+    return True, v0, v1, v2
+
+
+@njit(cache=True, inline="always")
+def source_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, M, e, geo, fparams, iparams, x, y, depth,
+                v0, v1, v2, s, Hm):
+    """Cost of one valid hypothesis (plane_vector's v) against source s: window cost + geometric term."""
+    for i in range(3):
+        Hm[i, 0] = M[s, i, 0] - e[s, i] * v0
+        Hm[i, 1] = M[s, i, 1] - e[s, i] * v1
+        Hm[i, 2] = M[s, i, 2] - e[s, i] * v2
+    c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
+                    x, y, iparams[I_RADIUS], iparams[I_STEP])
+    if iparams[I_GEOM] != 0:
+        gdepths, Minv, fvec = geo
+        c += fparams[F_GEOM_WEIGHT] * geom_cost(gdepths[s], sizes[s, 0], sizes[s, 1], M[s], e[s], Minv[s],
+                                                fvec[s], x, y, depth, fparams[F_GEOM_CAP])
+    return c
+
+
 @njit(cache=True)
 def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
                nx, ny, nz, depth, weights, all_views, out, Hm):
@@ -172,29 +202,46 @@ def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fpa
     maps [S, Hmax, Wmax], Minv [S, 3, 3], f [S, 3]).
     """
     S = srcs.shape[0]
-    radius, step = iparams[I_RADIUS], iparams[I_STEP]
-    r0, r1, r2 = pixel_ray(K_inv, x, y)
-    d = -(nx * r0 + ny * r1 + nz * r2) * depth
     for s in range(S):
         out[s] = COST_MAX
-    if not (d > 0.0 and depth > 0.0):
+    valid, v0, v1, v2 = plane_vector(K_inv, x, y, nx, ny, nz, depth)
+    if not valid:
         return
-    # v = K_ref^-T n / d
-    v0 = (K_inv[0, 0] * nx + K_inv[1, 0] * ny + K_inv[2, 0] * nz) / d
-    v1 = (K_inv[0, 1] * nx + K_inv[1, 1] * ny + K_inv[2, 1] * nz) / d
-    v2 = (K_inv[0, 2] * nx + K_inv[1, 2] * ny + K_inv[2, 2] * nz) / d
-    geom = iparams[I_GEOM] != 0
-    gdepths, Minv, fvec = geo
     for s in range(S):
         if not all_views and weights[s] == 0:
             continue
-        for i in range(3):
-            Hm[i, 0] = M[s, i, 0] - e[s, i] * v0
-            Hm[i, 1] = M[s, i, 1] - e[s, i] * v1
-            Hm[i, 2] = M[s, i, 2] - e[s, i] * v2
-        c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
-                        x, y, radius, step)
-        if geom:
-            c += fparams[F_GEOM_WEIGHT] * geom_cost(gdepths[s], sizes[s, 0], sizes[s, 1], M[s], e[s], Minv[s],
-                                                    fvec[s], x, y, depth, fparams[F_GEOM_CAP])
-        out[s] = c
+        out[s] = source_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, M, e, geo, fparams, iparams, x, y,
+                             depth, v0, v1, v2, s, Hm)
+
+
+@njit(cache=True)
+def weighted_view_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
+                       nx, ny, nz, depth, weights, bound, Hm):
+    """weighted_cost(view_costs(..., weights, False)) with the same arithmetic, or any value >= bound
+    as soon as the result cannot be below `bound` (the refinement only keeps a hypothesis that
+    beats the current cost).
+
+    Exact: every per-source cost is >= 0, so the running sum num of weight x cost only grows (a
+    rounded sum of non-negative terms is monotone), and num / den >= bound after some sources
+    implies the full weighted cost is >= bound too. Sources are visited in the same order as
+    weighted_cost sums them, so a hypothesis that is not pruned gets the identical value.
+    """
+    S = srcs.shape[0]
+    den = 0.0
+    for s in range(S):
+        if weights[s] > 0:
+            den += weights[s]
+    if not den > 0:
+        return COST_MAX
+    valid, v0, v1, v2 = plane_vector(K_inv, x, y, nx, ny, nz, depth)
+    num = 0.0
+    for s in range(S):
+        if weights[s] > 0:
+            c = COST_MAX
+            if valid:
+                c = source_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, M, e, geo, fparams, iparams, x, y,
+                                depth, v0, v1, v2, s, Hm)
+            num += weights[s] * c
+            if num / den >= bound:
+                return num / den
+    return num / den

@@ -89,7 +89,8 @@ def top_k_cost(cvec, top_k):
 
 @njit(cache=True)
 def propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
-                    plane, cost, selected, weights_map, rv, rw, cand, cmat, flags, prior, probs, wts, cvec, Hm):
+                    plane, cost, selected, weights_map, rv, rw, cand, cdepth, cmat, flags, prior, probs, wts, cvec,
+                    Hm):
     H, W = ref.shape
     S = srcs.shape[0]
     radius, step = iparams[I_RADIUS], iparams[I_STEP]
@@ -97,7 +98,6 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_i
     mean_r, var_r = ref_window(ref, x, y, radius, step, fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
     centre = ref[y, x]
     find_candidates(cost, x, y, cand)
-    cdepth = np.empty(NUM_CANDIDATES)
     for i in range(NUM_CANDIDATES):
         q = cand[i]
         flags[i] = 1 if q >= 0 else 0

@@ -18,15 +18,14 @@ from ..layout import (
     I_SEED,
     I_STEP,
 )
-from .cost import ref_window, view_costs
+from .cost import ref_window, weighted_view_cost
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal
 from .rng import rng_uniform
-from .view_selection import weighted_cost
 
 
 @njit(cache=True)
 def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, x, y,
-                 plane, cost, weights_map, rv, rw, cvec, Hm):
+                 plane, cost, weights_map, rv, rw, Hm):
     """Try ACMH's 5 refinement hypotheses (+ extra normal-only ones); keep any that lowers the cost.
 
     ACMH's 5: (random depth, n), (depth, random normal), (random depth, random normal),
@@ -77,9 +76,9 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
                                         rng_uniform(seed, pixel, pass_id, base + 2), scale, r0, r1, r2)
         if not (hd >= dmin and hd <= dmax):
             continue
-        view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
-               hx, hy, hz, hd, wts, False, cvec, Hm)
-        c = weighted_cost(cvec, wts)
+        # pruned as soon as it cannot beat best_cost; otherwise weighted_cost(view_costs(...)) exactly
+        c = weighted_view_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams,
+                               x, y, hx, hy, hz, hd, wts, best_cost, Hm)
         if c < best_cost:
             best_cost = c
             bnx, bny, bnz, bd = hx, hy, hz, hd
