@@ -171,6 +171,8 @@ def stage_chain(name: str, ctx) -> dict:
 
 
 def _short(value) -> str:
+    if isinstance(value, str):  # a path: in full
+        return value
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
