@@ -7,10 +7,10 @@ serving the old outputs. Each stage that runs records OUT/fingerprints/<stage>.j
 
 `chain` holds, per stage the outputs depend on, that stage's own items: its config keys (dotted,
 as in the YAML), the identity ([size, mtime_ns], grouped per folder so that a change names the
-file) of the files it reads, and for an upstream stage whether it had finished. A stage's chain is its upstream stage's recorded chain
-plus its own items, so a changed key anywhere upstream changes every later chain, and the diff of
-two chains names the key or file itself. A stage whose recorded outputs are not complete or are
-missing upstream shows up as `<stage>: not recorded` / `finished: false`.
+file) of the files it reads, and for an upstream stage whether it had finished. A stage's chain
+is its upstream stage's recorded chain plus its own items, so a changed key anywhere upstream
+changes every later chain, and the diff of two chains names the key or file itself (an upstream
+stage without a record shows up as `<stage> outputs not recorded`).
 
 Per stage, before it runs (`before_stage`):
 - no record and no outputs: a first run;
@@ -20,7 +20,8 @@ Per stage, before it runs (`before_stage`):
   naming them, then the stage's outputs are removed (state "clearing" is recorded first, so a run
   killed while removing clears again) and the stage runs from scratch. An interrupted redo
   resumes: its record already holds the new chain, and no old output is left to mix in.
-After it finishes (`after_stage`) the record becomes "complete".
+After it finishes (`after_stage`) the record becomes "complete". With `resume_only`,
+`check_resume_only` compares the stages before OUT is written to at all.
 """
 
 from __future__ import annotations
@@ -210,28 +211,52 @@ def _remove_outputs(out_dir: Path, name: str) -> None:
             path.unlink()
 
 
+def _stale_reason(out: Path, name: str, chain: dict, record: dict | None) -> str | None:
+    """Why stage `name`'s outputs in `out` cannot be resumed with `chain` (None: they can)."""
+    if record is None:
+        if not any((out / rel).exists() for rel in OUTPUTS[name]):
+            return None  # a first run
+        return "no fingerprint recorded for its outputs (made by an earlier version or another tool)"
+    if record["chain"] == chain:
+        return None
+    return f"changed since its outputs were made: {describe_changes(record['chain'], chain, name)}"
+
+
+def _refusal(out: Path, name: str, reason: str) -> MVSError:
+    return MVSError(f"--resume-only: stage {name} would be redone in {out}, {reason}; rerun without "
+                    f"--resume-only to redo it and the stages after it")
+
+
+def check_resume_only(ctx, stages: list[str]) -> None:
+    """With ctx.resume_only, refuse before OUT is written to when a stage would be redone. Stops at
+    the first stage that will resume unfinished work: the ones after it are compared once it ran."""
+    if not ctx.resume_only:
+        return
+    out = Path(ctx.out_dir)
+    for name in stages:
+        record = read_record(out, name)
+        reason = _stale_reason(out, name, stage_chain(name, ctx), record)
+        if reason is not None:
+            raise _refusal(out, name, reason)
+        if record is None or record.get("state") != "complete":
+            return
+
+
 def before_stage(ctx, name: str) -> dict:
     """Compare stage `name`'s chain with its record; clear stale outputs (or refuse with
     ctx.resume_only). Returns the chain for after_stage."""
     out = Path(ctx.out_dir)
     chain = stage_chain(name, ctx)
     record = read_record(out, name)
-    if record is None and not any((out / rel).exists() for rel in OUTPUTS[name]):  # a first run
-        _write(out, name, "running", chain)
-        return chain
-    if record is not None and record["chain"] == chain:
-        if record.get("state") == "clearing":  # killed while removing stale outputs: finish that
+    reason = _stale_reason(out, name, chain, record)
+    if reason is None:
+        if record is not None and record.get("state") == "clearing":  # killed while removing stale outputs
             _remove_outputs(out, name)
-        if record.get("state") != "complete":
+        if record is None or record.get("state") != "complete":
             _write(out, name, "running", chain)
         return chain
-    if record is None:
-        reason = "no fingerprint recorded for its outputs (made by an earlier version or another tool)"
-    else:
-        reason = f"changed since its outputs were made: {describe_changes(record['chain'], chain, name)}"
     if ctx.resume_only:
-        raise MVSError(f"--resume-only: stage {name} would be redone in {out}, {reason}; rerun without "
-                       f"--resume-only to redo it and the stages after it")
+        raise _refusal(out, name, reason)
     log.warning("%s: redoing, %s", name, reason)
     _write(out, name, "clearing", chain)
     _remove_outputs(out, name)

@@ -169,6 +169,7 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     check_inputs(ctx, stages)
     ctx.backend = resolve_backend(ctx.cfg.backend)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
+    fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
         log.info("removed %s, left by an interrupted write", path)

@@ -185,11 +185,16 @@ def test_resume_only_refuses_naming_the_changed_key(scene, base, tmp_path, capsy
     before = snapshot(out)
     assert run(scene, out, "--resume-only") == 0  # nothing changed: fine
     capsys.readouterr()
+    config = (out / "config.resolved.yaml").read_bytes()
     assert run(scene, out, "--set", "sampling.ratio=0.5", "--resume-only") == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
-    assert "sampling.ratio 0.1 -> 0.5" in err and "--resume-only" in err and "Traceback" not in err, err
-    assert snapshot(out) == before
+    assert "stage sampling" in err and "sampling.ratio 0.1 -> 0.5" in err and "Traceback" not in err, err
+    assert snapshot(out) == before and (out / "config.resolved.yaml").read_bytes() == config
+    # a key of an earlier stage: refused naming that stage, before the stages ahead of it run
+    assert run(scene, out, "--set", "patchmatch.iterations=2", "--resume-only") == 2
+    assert "stage depth" in (err := capsys.readouterr().err) and "patchmatch.iterations 1 -> 2" in err, err
+    assert snapshot(out) == before and (out / "config.resolved.yaml").read_bytes() == config
     assert run(scene, out, "--resume-only", "--overwrite") == 2
     assert "--overwrite" in capsys.readouterr().err
 
