@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import fingerprints
 from .config.loader import config_to_dict, dump_config
 from .config.schema import PipelineConfig
 from .errors import MVSError
@@ -35,6 +36,7 @@ class RunContext:
     out_dir: Path
     overwrite: bool
     progress: bool
+    resume_only: bool = False  # refuse to redo a stage whose fingerprint changed (fingerprints.py)
     images: Path | None = None
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
@@ -147,7 +149,9 @@ def check_inputs(ctx: RunContext, stages: list[str]) -> None:
     """What the run will read from outside OUT, checked before OUT is created or written to, so a
     typo fails in a second instead of after the depth stage."""
     if "load" in stages:
-        scene_stage.check_workspace(ctx.workspace, ctx.out_dir, ctx.images, ctx.sparse, ctx.overwrite)
+        # overwrite=True: the layout is read even when OUT holds a finished load, because the load
+        # stage's fingerprint names the input it was made from (a different workspace redoes it)
+        scene_stage.check_workspace(ctx.workspace, ctx.out_dir, ctx.images, ctx.sparse, overwrite=True)
     if ctx.gt is not None:
         from .evaluation.mlp import check_mlp  # noqa: PLC0415
 
@@ -165,6 +169,7 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     check_inputs(ctx, stages)
     ctx.backend = resolve_backend(ctx.cfg.backend)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
+    fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
         log.info("removed %s, left by an interrupted write", path)
@@ -176,7 +181,10 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
             t0 = time.perf_counter()
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
+            # fingerprints: redo the stage (and so the later ones) when what it reads changed
+            chain = fingerprints.before_stage(ctx, name)
             STAGE_RUNNERS[name](ctx)
+            fingerprints.after_stage(ctx, name, chain)
             timings[name] = round(time.perf_counter() - t0, 3)
             if pool is not None:
                 gpu_peaks[name] = int(pool.total_bytes())

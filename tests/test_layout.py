@@ -23,6 +23,7 @@ LAYERS = [
     ("sampling",),
     ("evaluation",),
     ("config",),
+    ("fingerprints",),
     ("pipeline",),
     ("commands",),
     ("cli",),

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from ..config.loader import load_config
+from ..errors import MVSError
 from ..pipeline import ALL_STAGES, RunContext, parse_stages, run_pipeline
 from .common import add_config_args
 
@@ -15,7 +16,9 @@ from .common import add_config_args
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the pipeline on a COLMAP workspace",
                        description="Run load -> views -> depth -> fusion -> sampling -> evaluate (the stages this "
-                                   "version has). Finished outputs are reused: a rerun resumes where the last stopped.")
+                                   "version has). Finished outputs are reused: a rerun resumes where the last stopped. "
+                                   "Each stage records what it read in OUT/fingerprints/<stage>.json; when its config "
+                                   "keys or input files changed since, the stage and the ones after it are redone.")
     p.add_argument("workspace", type=Path, help="COLMAP project, COLMAP dense workspace or ETH3D scene folder")
     p.add_argument("-o", "--out", type=Path, required=True, help="output folder (a COLMAP dense workspace)")
     add_config_args(p)
@@ -23,14 +26,20 @@ def register(sub) -> None:
     p.add_argument("--sparse", type=Path, help="sparse model folder (with --images)")
     p.add_argument("--stages", default=None, help=f"comma-separated subset of {','.join(ALL_STAGES)} (default: all available)")
     p.add_argument("--overwrite", action="store_true", help="redo stages even if their outputs exist")
+    p.add_argument("--resume-only", action="store_true",
+                   help="never redo a finished stage: if a stage's config keys or input files changed since its "
+                        "outputs were made, stop with a one-line error listing them")
     p.add_argument("--gt", type=Path, default=None, help="ETH3D scan_alignment.mlp to evaluate against")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.resume_only and args.overwrite:
+        raise MVSError("--resume-only and --overwrite contradict each other: give one of them")
     cfg = load_config(args.config, args.overrides)
     ctx = RunContext(cfg=cfg, workspace=args.workspace, out_dir=args.out, overwrite=args.overwrite,
-                     progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt)
+                     progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt,
+                     resume_only=args.resume_only)
     record = run_pipeline(ctx, parse_stages(args.stages))
     if not args.quiet:
         print(f"outputs in {args.out}")

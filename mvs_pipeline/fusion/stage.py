@@ -24,9 +24,10 @@ Points stream to disk per reference view (io/fused_ply.py), so their number is b
 
 Outputs: OUT/fused.ply (float32 xyz, normals, uchar rgb, uchar support), OUT/fused.ply.vis
 (COLMAP's visibility format, io/vis_file.py) and OUT/stereo/fusion.json (counts, settings); the
-stage is skipped when all three exist, the recorded settings equal the current ones and no map
-is newer than fused.ply, unless overwrite is set (so `--stages fusion` after a new depth run or
-with new thresholds fuses again).
+stage is skipped when all three exist, unless overwrite is set. Whether they are still current
+(same settings, same maps) is the pipeline's stage fingerprint (fingerprints.py), which removes
+them first when the fusion settings or the maps changed (so `--stages fusion` after a new depth
+run or with new thresholds fuses again).
 """
 
 from __future__ import annotations
@@ -357,14 +358,6 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
 
 
-def _newest_map_mtime(stereo_dir: Path) -> int:
-    newest = 0
-    for kind in ("depth_maps", "normal_maps"):
-        for path in (stereo_dir / kind).rglob("*.bin"):
-            newest = max(newest, path.stat().st_mtime_ns)
-    return newest
-
-
 def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,
                     overwrite: bool = False, progress: bool = True) -> dict:
     """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done)."""
@@ -377,11 +370,10 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
             previous = json.loads(record_path.read_text())
         except (OSError, ValueError):
             previous = {}
-        newer = _newest_map_mtime(out_dir / "stereo") > ply_path.stat().st_mtime_ns
-        if previous.get("config") == settings and "counts" in previous and not newer:
-            log.info("fusion: %s exists with these settings; skipping (use --overwrite to redo)", ply_path)
+        if isinstance(previous, dict) and "counts" in previous:
+            log.info("fusion: %s exists; skipping (use --overwrite to redo)", ply_path)
             return previous["counts"]
-        log.info("fusion: %s is older than the maps or was made with other settings; fusing again", ply_path)
+        log.info("fusion: %s holds no counts; fusing again", record_path)
     t0 = time.perf_counter()
     colmap_idx = colmap_image_indices([v.image_id for v in scene.views])
     stats: dict = {}

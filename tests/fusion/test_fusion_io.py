@@ -132,7 +132,9 @@ def test_colmap_reads_our_fused_ply(tmp_path):
     np.testing.assert_array_equal(rgb[order_theirs], ours.colors[order_ours])
 
 
-def test_stage_skips_when_done_and_redoes_on_new_settings_or_overwrite(tmp_path):
+def test_stage_skips_when_done_and_redoes_on_overwrite(tmp_path):
+    """The stage function skips finished outputs; whether they are still current (settings, maps)
+    is the pipeline's fingerprint: test_cli_fusion_is_redone_on_new_settings_or_new_maps."""
     scene, sel, _ = plane_workspace(tmp_path)
     first = run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
     ply = tmp_path / "fused.ply"
@@ -140,16 +142,8 @@ def test_stage_skips_when_done_and_redoes_on_new_settings_or_overwrite(tmp_path)
     stamp = ply.stat().st_mtime_ns
     again = run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
     assert again == first and ply.stat().st_mtime_ns == stamp  # skipped
-    stricter = run_fusion(FusionConfig(min_consistent=3), scene, sel, tmp_path, "cpu", progress=False)
+    stricter = run_fusion(FusionConfig(min_consistent=3), scene, sel, tmp_path, "cpu", progress=False, overwrite=True)
     assert stricter["points"] < first["points"] and len(read_ply(ply)) == stricter["points"]
-    stamp = ply.stat().st_mtime_ns
-    redo = run_fusion(FusionConfig(min_consistent=3), scene, sel, tmp_path, "cpu", progress=False, overwrite=True)
-    assert redo["points"] == stricter["points"] and ply.stat().st_mtime_ns != stamp
-    # a map newer than fused.ply (a new depth run) also means fusing again
-    stamp = ply.stat().st_mtime_ns
-    depth = tmp_path / "stereo" / "depth_maps" / "view_000.png.geometric.bin"
-    os.utime(depth, ns=(stamp + 10**9, stamp + 10**9))
-    run_fusion(FusionConfig(min_consistent=3), scene, sel, tmp_path, "cpu", progress=False)
     assert ply.stat().st_mtime_ns != stamp
 
 
@@ -178,9 +172,8 @@ def test_interrupted_fusion_leaves_no_partial_output(tmp_path, monkeypatch):
 # mvs-pipeline run --stages fusion
 # --------------------------------------------------------------------------------------------
 
-def test_cli_runs_fusion_on_existing_maps(tmp_path):
-    """load + views on a tiny COLMAP project, exact maps of the plane z = 0 written into OUT/stereo,
-    then `run --stages fusion` alone."""
+def _workspace_with_plane_maps(tmp_path):
+    """load + views on a tiny COLMAP project, exact maps of the plane z = 0 written into OUT/stereo."""
     write_colmap_project(tmp_path / "ws", num_views=5, width=W, height=H)
     out = tmp_path / "out"
     assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
@@ -190,8 +183,17 @@ def test_cli_runs_fusion_on_existing_maps(tmp_path):
         depth, normal = plane_maps(v.K, v.R, v.t, v.width, v.height, (0, 0, 1.0), 0.0)
         write_colmap_array(out / "stereo" / "depth_maps" / f"{v.name}.geometric.bin", depth)
         write_colmap_array(out / "stereo" / "normal_maps" / f"{v.name}.geometric.bin", normal)
-    assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
-                 "--stages", "fusion", "--set", "fusion.min_consistent=1"]) == 0
+    return tmp_path / "ws", out
+
+
+def _fuse(ws, out, *settings) -> int:
+    return main(["-q", "run", str(ws), "-o", str(out), "--set", "backend=cpu", "--stages", "fusion", *settings])
+
+
+def test_cli_runs_fusion_on_existing_maps(tmp_path):
+    """`run --stages fusion` alone, on maps that no depth stage of ours wrote."""
+    ws, out = _workspace_with_plane_maps(tmp_path)
+    assert _fuse(ws, out, "--set", "fusion.min_consistent=1") == 0
     record = json.loads((out / "run.json").read_text())
     assert record["stages"] == ["fusion"] and record["counts"]["fused_points"] > 0
     assert "fusion" in record["stage_seconds"]
@@ -199,6 +201,22 @@ def test_cli_runs_fusion_on_existing_maps(tmp_path):
     assert len(cloud) == record["counts"]["fused_points"]
     assert np.abs(cloud.xyz[:, 2]).max() < 1e-5
     assert len(read_vis(out / "fused.ply.vis", len(cloud))) == len(cloud)
+
+
+def test_cli_fusion_is_redone_on_new_settings_or_new_maps(tmp_path):
+    """The stage fingerprint (fingerprints.py) holds the fusion settings and the maps' stamps."""
+    ws, out = _workspace_with_plane_maps(tmp_path)
+    ply = out / "fused.ply"
+    assert _fuse(ws, out) == 0
+    first, stamp = len(read_ply(ply)), ply.stat().st_mtime_ns
+    assert _fuse(ws, out) == 0 and ply.stat().st_mtime_ns == stamp  # same settings, same maps: skipped
+    assert _fuse(ws, out, "--set", "fusion.min_consistent=3") == 0
+    assert len(read_ply(ply)) < first
+    stamp = ply.stat().st_mtime_ns
+    depth = out / "stereo" / "depth_maps" / "img_00.png.geometric.bin"
+    os.utime(depth, ns=(stamp + 10**9, stamp + 10**9))  # a new depth run (or another tool) wrote a map
+    assert _fuse(ws, out, "--set", "fusion.min_consistent=3") == 0
+    assert ply.stat().st_mtime_ns != stamp
 
 
 def test_default_stage_chain_stops_at_the_first_missing_stage(monkeypatch):
