@@ -23,6 +23,7 @@ LAYERS = [
     ("sampling",),
     ("evaluation",),
     ("config",),
+    ("output_space",),
     ("pipeline",),
     ("commands",),
     ("cli",),
