@@ -10,6 +10,7 @@ import sys
 
 from . import __version__
 from .errors import Interrupted, MVSError
+from .io.disk import disk_error_message, is_disk_error
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
 COMMANDS = ["run", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm", "doctor",
@@ -40,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except MVSError as exc:
         print(f"mvs-pipeline {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full or read-only disk met outside a pipeline stage (other commands too)
+        if not is_disk_error(exc):
+            raise
+        print(f"mvs-pipeline {args.command}: error: {disk_error_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT

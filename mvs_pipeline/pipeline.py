@@ -20,6 +20,8 @@ from .config.schema import PipelineConfig
 from .errors import MVSError
 from .gpu.backend import resolve_backend
 from .io.atomic import atomic_write_text, remove_leftovers
+from .io.disk import is_disk_error
+from .output_space import check_output_writable, check_stage_space, write_error
 from .scene import stage as scene_stage
 from .scene.workspace import has_model, read_scene
 from .views import stage as views_stage
@@ -167,6 +169,7 @@ def _kept(out_dir: Path, done: list[str], stopped: str | None) -> str:
 
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     check_inputs(ctx, stages)
+    check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
     ctx.backend = resolve_backend(ctx.cfg.backend)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
     fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
@@ -183,6 +186,7 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
             pool = _reset_gpu_pool(ctx.backend)
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)
+            check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
             timings[name] = round(time.perf_counter() - t0, 3)
@@ -193,6 +197,10 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through errors.Interrupted
         exc.kept = _kept(ctx.out_dir, done, None if len(done) == len(stages) else stages[len(done)])
         raise
+    except OSError as exc:  # the disk filled up or became read-only while a stage wrote
+        if not is_disk_error(exc):
+            raise
+        raise write_error(exc, _kept(ctx.out_dir, done, stages[len(done)])) from exc
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts,
               "config": config_to_dict(ctx.cfg)}

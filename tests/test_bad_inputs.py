@@ -1,4 +1,4 @@
-"""Bad inputs, faults and reruns through the CLI (issue 19, items 3-5), on the CPU backend.
+"""Bad inputs, faults and reruns through the CLI (issue 19, items 2-5), on the CPU backend.
 
 Every case runs `python -m mvs_pipeline ...` in a subprocess on a tiny input and checks the exit
 code, that the one error line names the right file, key or image, and that no traceback (Python
@@ -27,12 +27,22 @@ from tests.tiny_model import write_colmap_project
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ["--set", "backend=cpu"]
+FAST_DEPTH = ["--set", "patchmatch.iterations=1", "--set", "depth.geometric_passes=1"]
+
+
+class Patched(str):
+    """Python code run in the CLI's process before `main` (first item of a case's argv): simulates
+    what a test cannot make real, such as a full disk."""
 
 
 def cli(*args, timeout: float = 180, **popen) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "mvs_pipeline", "-q", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout, **popen)
+    start = [sys.executable, "-m", "mvs_pipeline"]
+    if args and isinstance(args[0], Patched):
+        start = [sys.executable, "-c", f"{args[0]}\nimport sys\nfrom mvs_pipeline.cli import main\nsys.exit(main())"]
+        args = args[1:]
+    return subprocess.run([*start, "-q", *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, **popen)
 
 
 def error_messages(stderr: str) -> list[str]:
@@ -77,6 +87,16 @@ def prepared(tmp_path_factory, pristine) -> Path:
     """`pristine` after the load and views stages."""
     out = tmp_path_factory.mktemp("prepared") / "out"
     proc = cli("run", pristine, "-o", out, "--stages", "load,views", *CPU)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def with_maps(tmp_path_factory, prepared) -> Path:
+    """`prepared` after a fast depth stage."""
+    out = tmp_path_factory.mktemp("with_maps") / "out"
+    shutil.copytree(prepared, out)
+    proc = cli("run", "unused-workspace", "-o", out, "--stages", "depth", *CPU, *FAST_DEPTH)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -213,6 +233,106 @@ def case_output_is_input(tmp, pristine, prepared):
             lambda msg: not (ws / "config.resolved.yaml").exists())
 
 
+def case_output_under_a_file(tmp, pristine, prepared):
+    (tmp / "afile").write_text("not a folder")
+    return (["run", pristine, "-o", tmp / "afile" / "out", "--stages", "load", *CPU], 2,
+            [str(tmp / "afile" / "out"), f"{tmp / 'afile'} is a file"],
+            lambda msg: (tmp / "afile").read_text() == "not a folder")
+
+
+def case_output_is_a_file(tmp, pristine, prepared):
+    (tmp / "afile").write_text("not a folder")
+    return (["run", pristine, "-o", tmp / "afile", "--stages", "load", *CPU], 2, [str(tmp / "afile"), "is a file"],
+            lambda msg: (tmp / "afile").read_text() == "not a folder")
+
+
+def case_output_read_only(tmp, pristine, prepared):
+    ro = tmp / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    argv = ["run", pristine, "-o", ro / "out", "--stages", "load", *CPU]
+    if os.geteuid() == 0:  # root writes into a 0o555 folder: report it as a read-only mount would be
+        argv.insert(0, Patched(f"import os\n_access = os.access\nos.access = lambda p, m, **k: "
+                               f"False if str(p).startswith({str(ro)!r}) else _access(p, m, **k)"))
+    return argv, 2, [str(ro), "not writable"], lambda msg: list(ro.iterdir()) == []
+
+
+def free_space(nbytes: int) -> Patched:
+    """shutil.disk_usage reports `nbytes` free on every file system."""
+    return Patched(f"import shutil\n_usage = shutil.disk_usage\n"
+                   f"shutil.disk_usage = lambda p: _usage(p)._replace(free={nbytes})")
+
+
+def case_disk_full_before_load(tmp, pristine, prepared):
+    out = tmp / "out"
+    return ([free_space(1000), "run", pristine, "-o", out, *CPU], 2, [str(out), "stage 'load'", "1000 bytes free"],
+            lambda msg: not (out / "images").exists())
+
+
+def case_disk_full_before_depth(tmp, pristine, prepared):
+    out = tmp / "out"
+    shutil.copytree(prepared, out)
+    return ([free_space(100_000), "run", pristine, "-o", out, "--stages", "depth", *CPU], 2,
+            [str(out), "stage 'depth'", "100000 bytes (97.7 KiB) free"],
+            lambda msg: not (out / "stereo" / "depth_maps").exists())
+
+
+def disk_fills_in(module: str, after_files: int) -> Patched:
+    """Files that `module` opens for writing, from the `after_files`-th on, fail their second write
+    (after a header) with ENOSPC, as a full disk does: the OSError names no file."""
+    return Patched(f"""
+import builtins, errno, itertools, os, importlib
+_open, _count = builtins.open, itertools.count()
+class _Full:
+    def __init__(self, f):
+        self._f, self._writes = f, 0
+    def write(self, data):
+        self._writes += 1
+        if self._writes > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._f.write(data)
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._f.close()
+def _fake_open(path, mode="r", *a, **k):
+    f = _open(path, mode, *a, **k)
+    return _Full(f) if "w" in mode and next(_count) >= {after_files} else f
+importlib.import_module({module!r}).open = _fake_open
+""")
+
+
+def no_leftovers(out: Path) -> bool:
+    return [p for p in out.rglob("*") if ".tmp-" in p.name] == []
+
+
+def case_disk_full_writing_depth_maps(tmp, pristine, prepared):
+    from mvs_pipeline.io.colmap_maps import colmap_array_complete
+
+    out = tmp / "out"
+    shutil.copytree(prepared, out)
+
+    def after(msg):
+        maps = list((out / "stereo").rglob("*.bin"))
+        return (no_leftovers(out) and len(maps) >= 6  # the files written before the disk filled are kept
+                and all(colmap_array_complete(p, 3 if p.parent.name == "normal_maps" else 1) for p in maps))
+    return ([disk_fills_in("mvs_pipeline.io.colmap_maps", 6), "run", pristine, "-o", out, "--stages", "depth",
+             *CPU, *FAST_DEPTH], 2, [str(out / "stereo"), ".bin: cannot write (no space left on device)",
+                                     "kept in", "rerun"], after)
+
+
+def case_disk_full_writing_fused_cloud(tmp, pristine, with_maps):
+    out = tmp / "out"
+    shutil.copytree(with_maps, out)
+
+    def after(msg):
+        return no_leftovers(out) and not (out / "fused.ply").exists() and any((out / "stereo" / "depth_maps").iterdir())
+    return ([disk_fills_in("mvs_pipeline.io.fused_ply", 0), "run", pristine, "-o", out, "--stages", "fusion", *CPU],
+            2, [str(out / "fused.ply"), "cannot write (no space left on device)", "kept in"], after)
+
+
 CASES = {
     "interpolate_eps_zero": case_eps("0"),
     "interpolate_eps_negative": case_eps("-1"),
@@ -229,12 +349,23 @@ CASES = {
     "set_replaces_a_value_with_a_section": case_set("views.num_neighbors.x=1", forbidden="default.yaml"),
     "report_on_empty_folder": case_report_empty,
     "output_is_the_input_workspace": case_output_is_input,
+    "output_under_a_regular_file": case_output_under_a_file,
+    "output_is_a_regular_file": case_output_is_a_file,
+    "output_folder_read_only": case_output_read_only,
+    "disk_full_before_load": case_disk_full_before_load,
+    "disk_full_before_depth": case_disk_full_before_depth,
+    "disk_full_writing_depth_maps": case_disk_full_writing_depth_maps,
+    "disk_full_writing_fused_cloud": case_disk_full_writing_fused_cloud,
 }
 
 
+NEEDS_MAPS = {"disk_full_writing_fused_cloud"}  # these get `with_maps` in place of `prepared`
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input(name, tmp_path, pristine, prepared):
-    argv, rc, needles, after = CASES[name](tmp_path, pristine, prepared)
+def test_bad_input(name, tmp_path, pristine, prepared, request):
+    source = request.getfixturevalue("with_maps") if name in NEEDS_MAPS else prepared
+    argv, rc, needles, after = CASES[name](tmp_path, pristine, source)
     proc = cli(*argv)
     message = assert_clean_failure(proc, rc, needles)
     if after is not None:

@@ -23,7 +23,7 @@ LAYERS = [
     ("sampling",),
     ("evaluation",),
     ("config",),
-    ("fingerprints",),
+    ("fingerprints", "output_space"),
     ("pipeline",),
     ("commands",),
     ("cli",),

@@ -119,9 +119,11 @@ class MapWriter:
     def close(self, raise_errors: bool = True) -> None:
         try:
             self.flush()
-        except Exception:
+        except Exception as exc:
             if raise_errors:
                 raise
-            log.exception("depth: writing maps failed")
+            # Already unwinding from an earlier error (often the same full disk): one line, as the
+            # error the user sees is that earlier one.
+            log.info("depth: writing maps failed too: %s", exc)
         finally:
             self._pool.shutdown(wait=True)

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from .disk import DISK_ERRNOS
+
 TMP_MARKER = ".tmp-"
 # `.NAME.tmp-XXXXXXXX[.SUFFIX]` (this version), and `.NAME.XXXXXXXX.SUFFIX` with SUFFIX the end of
 # NAME (versions before the marker); tempfile's random part is 8 characters of [a-z0-9_].
@@ -45,14 +47,15 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
     name (cv2.imwrite, open3d) still work.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix is None:
-        suffix = path.suffix or ".tmp"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARKER}", suffix=suffix, dir=path.parent)
-    os.fchmod(fd, _FILE_MODE)  # writers that replace the file (np.save, cv2) keep it via the umask anyway
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if suffix is None:
+            suffix = path.suffix or ".tmp"
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_MARKER}", suffix=suffix, dir=path.parent)
+        os.fchmod(fd, _FILE_MODE)  # writers that replace the file (np.save, cv2) keep it via the umask anyway
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         if durable:
             with open(tmp_path, "rb+") as f:
@@ -60,8 +63,14 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None, durable: boo
         if (os.stat(tmp_path).st_mode & 0o777) != _FILE_MODE:
             os.chmod(tmp_path, _FILE_MODE)
         os.replace(tmp_path, path)
+    except OSError as exc:
+        # A full or read-only disk: name the file being written (a failing write() names none, a
+        # failing open names the temporary), so the user's one-line message says what was lost.
+        if exc.errno in DISK_ERRNOS and exc.filename in (None, str(tmp_path)):
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     finally:
-        if tmp_path.exists():
+        if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
 
 

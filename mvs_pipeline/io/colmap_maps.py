@@ -51,6 +51,11 @@ def write_colmap_planes(path: str | os.PathLike, planes: np.ndarray, durable: bo
         f.write(memoryview(a.reshape(-1)).cast("B"))
 
 
+def map_file_bytes(width: int, height: int, channels: int) -> int:
+    """Size of the file write_colmap_planes writes for a [channels, height, width] array."""
+    return len(f"{width}&{height}&{channels}&") + 4 * width * height * channels
+
+
 # "width&height&channels&" in ASCII: 64 bytes hold it for any array that fits in memory.
 _HEADER_BYTES = 64
 
@@ -139,7 +144,7 @@ def read_normal_map(path: str | os.PathLike) -> np.ndarray:
 def _write_png(path: str | os.PathLike, bgr: np.ndarray) -> None:
     with atomic_path(path, suffix=".png") as tmp:
         if not cv2.imwrite(str(tmp), bgr):
-            raise MVSError(f"{path}: could not encode PNG")
+            raise MVSError(f"{path}: could not encode or write PNG (disk full or not writable?)")
 
 
 def depth_preview(depth: np.ndarray, depth_range: tuple[float, float] | None = None) -> np.ndarray:
@@ -194,6 +199,17 @@ def _shrink(a: np.ndarray, max_size: int | None) -> np.ndarray:
         return a
     k = -(-max(a.shape[:2]) // int(max_size))
     return a[::k, ::k]
+
+
+def preview_bytes(width: int, height: int, max_size: int | None) -> int:
+    """At most what write_previews writes for a width x height map: three RGB PNGs (bounded by
+    their uncompressed size: a filter byte per row, zlib's 5 bytes per 16 KiB block, 1 KiB of
+    chunks) and the statistics JSON."""
+    if max_size is not None and max(width, height) > max_size:
+        k = -(-max(width, height) // int(max_size))
+        width, height = -(-width // k), -(-height // k)
+    raw = (3 * width + 1) * height
+    return 3 * (raw + 5 * (raw // 16384 + 1) + 1024) + 1024
 
 
 def write_previews(stem: str | os.PathLike, depth: np.ndarray | None = None, normal: np.ndarray | None = None,

@@ -84,8 +84,14 @@ class FusedCloudWriter:
         for i, c in enumerate(("red", "green", "blue")):
             rec[c] = color[:, i]
         rec["support"] = support
-        rec.tofile(self._ply_f)
-        np.asarray(vis_words, dtype="<u4").tofile(self._vis_f)
+        # file.write, not ndarray.tofile: tofile reports a full disk without its errno. Each error
+        # names its own file (both temporaries are open at once; atomic_path cannot tell which).
+        for f, target, data in ((self._ply_f, self.ply_path, rec), (self._vis_f, self.vis_path,
+                                                                   np.asarray(vis_words, dtype="<u4"))):
+            try:
+                f.write(memoryview(np.ascontiguousarray(data).view(np.uint8)))
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
         self.num_points += p
 
     def finish(self) -> None:

@@ -4,6 +4,9 @@ Outputs in OUT/stereo/ (all written atomically):
     views.json       our record: per view_idx the image name/id, neighbours, scores, depth range
     pair.txt         MVSNet format, indices are view_idx (views sorted by image name)
     patch-match.cfg  COLMAP format: image name, then a line of comma-separated source names
+    fusion.cfg       COLMAP format (as image_undistorter writes it): one image name per line, the
+                     views with sources, i.e. those the depth stage makes maps for; COLMAP's
+                     stereo_fusion reads it and skips a listed image without maps, with a warning
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def format_patch_match_cfg(scene: Scene, sel: ViewSelection) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_fusion_cfg(scene: Scene, sel: ViewSelection) -> str:
+    return "".join(f"{scene.views[ref].name}\n" for ref, nbrs in enumerate(sel.neighbors) if nbrs)
+
+
 def read_views_json(record: Path, scene: Scene) -> ViewSelection:
     """The selection a finished views stage wrote; a damaged record raises naming it."""
     n = scene.num_views
@@ -68,15 +75,19 @@ def read_views_json(record: Path, scene: Scene) -> ViewSelection:
 
 
 def select_and_write(cfg: ViewsConfig, scene: Scene, out_dir: Path, overwrite: bool = False) -> ViewSelection:
-    """Select views and write stereo/{views.json,pair.txt,patch-match.cfg}; skip if present."""
+    """Select views and write stereo/{views.json,pair.txt,patch-match.cfg,fusion.cfg}; skip if present."""
     stereo = Path(out_dir) / "stereo"
     record = stereo / "views.json"
     if record.is_file() and not overwrite:
         log.info("views: %s exists; skipping (use --overwrite to redo)", record)
-        return read_views_json(record, scene)
+        sel = read_views_json(record, scene)
+        if not (stereo / "fusion.cfg").is_file():  # folders made before fusion.cfg was written
+            atomic_write_text(stereo / "fusion.cfg", format_fusion_cfg(scene, sel))
+        return sel
     sel = select_views(scene, cfg)
     atomic_write_text(stereo / "pair.txt", format_pair_txt(sel))
     atomic_write_text(stereo / "patch-match.cfg", format_patch_match_cfg(scene, sel))
+    atomic_write_text(stereo / "fusion.cfg", format_fusion_cfg(scene, sel))
     atomic_write_text(record, json.dumps(sel.to_json(scene), indent=1))  # last: marks the stage done
     return sel
 

@@ -129,3 +129,20 @@ def test_stage_writes_interop_files_and_resumes(tmp_path):
     again = views.select_and_write(_vcfg("num_neighbors=1"), scene, tmp_path)  # resumes: file exists
     assert again.neighbors == sel.neighbors
     np.testing.assert_allclose(again.depth_ranges, sel.depth_ranges)
+
+
+def test_fusion_cfg_lists_the_views_with_sources_and_is_added_on_resume(tmp_path):
+    """COLMAP's stereo_fusion reads stereo/fusion.cfg (one image name per line, as image_undistorter
+    writes it); a folder made before it existed gets it when the views stage resumes."""
+    scene = _scene(build_tiny_reconstruction(num_views=5), tmp_path)
+    sel = views.select_and_write(_vcfg("num_neighbors=3"), scene, tmp_path)
+    cfg = tmp_path / "stereo" / "fusion.cfg"
+    expected = [scene.views[i].name for i, nbrs in enumerate(sel.neighbors) if nbrs]
+    assert expected and cfg.read_text() == "".join(f"{n}\n" for n in expected)
+    # a view without sources gets no depth map, so it is not listed
+    no_sources = selection.ViewSelection(neighbors=[[], *sel.neighbors[1:]], scores=[[], *sel.scores[1:]],
+                                     depth_ranges=sel.depth_ranges)
+    assert views.format_fusion_cfg(scene, no_sources).splitlines() == [n for n in expected if n != scene.views[0].name]
+    cfg.unlink()
+    views.select_and_write(_vcfg("num_neighbors=3"), scene, tmp_path)  # resumes from views.json
+    assert cfg.read_text() == "".join(f"{n}\n" for n in expected)
