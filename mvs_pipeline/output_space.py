@@ -33,8 +33,6 @@ from .depth.passes import MAP_CHANNELS, plan_passes, scaled_size
 from .errors import MVSError
 from .io.colmap_maps import map_file_bytes, preview_bytes
 from .io.disk import check_free_space, check_writable_folder, disk_error_message, existing_ancestor
-from .io.fused_ply import HEADER_BYTES as FUSED_HEADER_BYTES
-from .io.fused_ply import VERTEX_DTYPE as FUSED_VERTEX
 from .io.cloud_preview import PREVIEW_POINTS
 from .scene.stage import check_workspace
 
@@ -120,6 +118,10 @@ def _fusion_bytes(ctx) -> int:
     valid = sum(_valid_pixels(stereo, v) for v in scene.views
                 if any((stereo / "depth_maps" / f"{v.name}.{t}.bin").is_file() for t in ("geometric", "photometric")))
     points = valid // (1 + cfg.min_consistent)
+    # fused_ply imports numba (through vis_file): only here, not at every command's start-up
+    from .io.fused_ply import HEADER_BYTES as FUSED_HEADER_BYTES  # noqa: PLC0415
+    from .io.fused_ply import VERTEX_DTYPE as FUSED_VERTEX  # noqa: PLC0415
+
     per_point = FUSED_VERTEX.itemsize + 4 * (2 + cfg.min_consistent)
     return (SMALL_FILES + FUSED_HEADER_BYTES + 8 + points * per_point
             + min(points, PREVIEW_POINTS) * CLOUD_PREVIEW_BYTES_PER_POINT)
