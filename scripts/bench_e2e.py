@@ -4,14 +4,14 @@
 For each scene (made with `mvs-pipeline synth` unless it exists) the run is timed:
   cold   a fresh CuPy kernel cache (CUPY_CACHE_DIR in a new folder), precompiled kernels as
          installed (build/kernels or MVS_PIPELINE_KERNEL_DIR): a first run on a new machine;
-  nvrtc  (--nvrtc) cold and without precompiled kernels: what NVRTC compilation costs;
-  installed  (--installed) a fresh CuPy cache that `mvs-pipeline doctor --warm-up` filled first,
+  nvrtc  cold and without precompiled kernels: what NVRTC compilation costs;
+  installed  a fresh CuPy cache that `mvs-pipeline doctor --warm-up` filled first,
          as scripts/setup_env.sh does on a GPU machine (the warm-up's own time is printed);
   warm   the same command again with --overwrite (every stage recomputed, caches warm).
 Each row: wall (measured here), the stages' sum and the time outside them (run.json), GPU
 memory peak, F1 of fused.ply at 2 cm. Scenes: VIEWSxWIDTHxHEIGHT.
 
-    python scripts/bench_e2e.py --scenes 20x800x600,40x1600x1200 --json out.json
+    python scripts/bench_e2e.py --scenes 20x800x600,40x1600x1200 --modes nvrtc,cold,warm --json out.json
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_e2e")
-    ap.add_argument("--nvrtc", action="store_true", help="also a cold run without precompiled kernels")
-    ap.add_argument("--installed", action="store_true", help="also a run after the install's warm-up")
+    ap.add_argument("--modes", default="cold,warm", help="comma-separated, run in this order: nvrtc, cold, "
+                    "installed, warm (default: %(default)s)")
     ap.add_argument("--args", default="", help="extra arguments for `run` (e.g. '--set backend=cpu')")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             t = mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(views), "--width",
                     str(width), "--height", str(height), "--seed", str(args.seed))
             print(f"{name}: synth {t:.1f} s", flush=True)
-        modes = (["nvrtc"] if args.nvrtc else []) + ["cold"] + (["installed"] if args.installed else []) + ["warm"]
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         for mode in modes:
             env = dict(os.environ)
             if mode in ("cold", "nvrtc", "installed"):
