@@ -158,3 +158,85 @@ def nearest_dist2_cpu(gt_world: np.ndarray, recon_xyz: np.ndarray, max_dist: flo
     # Slightly larger bound: cKDTree's bound is strict (<), the metric's tolerance test is <=.
     dist, _ = tree.query(gt, k=1, distance_upper_bound=max_dist * (1 + 1e-9) + 1e-12, workers=-1)
     return dist * dist
+
+
+# Voxel weighting (voxels.tolerance_scores): a histogram of point codes per occupied cell.
+_FIB = 11400714819323198485  # 2^64 / golden ratio: multiplicative hashing spreads packed keys
+
+
+@numba.njit(cache=True, inline="always")
+def _slot(key, bits):
+    return np.int64((np.uint64(key) * np.uint64(_FIB)) >> np.uint64(64 - bits))
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_code_counts(scaled, lo, span, dist2, tol2, front, has_front):
+    n = scaled.shape[0]
+    t = tol2.shape[0]
+    n_codes = 2 * (t + 1)
+    sx, sy = span[0], span[1]
+    bits = 16
+    table = np.full(1 << bits, -1, np.int64)  # open addressing: cell rank, -1 = empty
+    cap = 4096
+    ukeys = np.empty(cap, np.int64)
+    counts = np.zeros((cap, n_codes), np.int32)
+    m = 0
+    last_key = -1
+    cell = -1
+    for i in range(n):
+        cx = np.int64(math.floor(scaled[i, 0])) - lo[0]
+        cy = np.int64(math.floor(scaled[i, 1])) - lo[1]
+        cz = np.int64(math.floor(scaled[i, 2])) - lo[2]
+        key = (cz * sy + cy) * sx + cx
+        if key != last_key:  # scans and depth maps list neighbouring points together: skip the lookup
+            mask = (1 << bits) - 1
+            h = _slot(key, bits)
+            while table[h] >= 0 and ukeys[table[h]] != key:
+                h = (h + 1) & mask
+            if table[h] >= 0:
+                cell = table[h]
+            else:  # a new cell
+                if m == cap:
+                    cap *= 2
+                    grown = np.empty(cap, np.int64)
+                    grown[:m] = ukeys[:m]
+                    ukeys = grown
+                    grown_counts = np.zeros((cap, n_codes), np.int32)
+                    grown_counts[:m] = counts[:m]
+                    counts = grown_counts
+                ukeys[m] = key
+                table[h] = m
+                cell = m
+                m += 1
+                if 2 * m > (1 << bits):  # keep the load under 1/2: rehash into a table twice as big
+                    bits += 1
+                    mask = (1 << bits) - 1
+                    table = np.full(1 << bits, -1, np.int64)
+                    for j in range(m):
+                        g = _slot(ukeys[j], bits)
+                        while table[g] >= 0:
+                            g = (g + 1) & mask
+                        table[g] = j
+            last_key = key
+        level = t
+        d = dist2[i]
+        for k in range(t):
+            if d <= tol2[k]:  # tol2 sorted: the first tolerance met (NaN meets none)
+                level = k
+                break
+        flag = 1 if (not has_front or front[i]) else 0
+        counts[cell, flag * (t + 1) + level] += 1
+    return ukeys[:m].copy(), counts[:m].copy()
+
+
+def cell_code_counts_cpu(scaled: np.ndarray, lo: np.ndarray, span: np.ndarray, dist2: np.ndarray,
+                         tol2: np.ndarray, front: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Occupied cells of float32 points `scaled` [N, 3] (p / voxel + shift; cell = floor) as
+    (packed keys [C] int64 in first-seen order, counts [C, 2 (T+1)] int32 of code
+    front * (T+1) + first tolerance met). `lo`, `span` [3] int64: smallest cell and cell extent.
+    Twin of voxels.sorted_cell_counts (the GPU's sort/segment), up to the order of the rows."""
+    has_front = front is not None
+    fr = np.ascontiguousarray(front, dtype=np.bool_) if has_front else np.zeros(1, np.bool_)
+    return _cell_code_counts(np.ascontiguousarray(scaled, dtype=np.float32), np.asarray(lo, np.int64),
+                             np.asarray(span, np.int64), np.ascontiguousarray(dist2, dtype=np.float64),
+                             np.ascontiguousarray(tol2, dtype=np.float64), fr, has_front)

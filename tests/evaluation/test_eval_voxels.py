@@ -1,0 +1,136 @@
+"""Voxel weighting: the one-pass scores (voxels.tolerance_scores, Numba on the CPU) against the
+implementation they replaced, kept here verbatim as the reference (issue 21: numbers unchanged)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mvs_pipeline.evaluation.voxels import GRID_SHIFTS, sorted_cell_counts, tolerance_levels, tolerance_scores
+
+TOL = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+# ---- the replaced implementation (voxels.py at d7279ba), copied unchanged -------------------
+def old_cell_coords(xp, xyz, voxel_size: float, shift: float):
+    xyz = xp.asarray(xyz, dtype=xp.float32)
+    inv = np.float32(1.0 / voxel_size)
+    scaled = xyz * inv
+    scaled = scaled + np.float32(shift)
+    return xp.floor(scaled).astype(xp.int64)
+
+
+def old_cell_ids(xp, xyz, voxel_size: float, shift: float):
+    n = int(xyz.shape[0])
+    if n == 0:
+        return xp.zeros(0, dtype=xp.int64), 0
+    c = old_cell_coords(xp, xyz, voxel_size, shift)
+    c = c - c.min(axis=0)
+    span = (c.max(axis=0) + 1).astype(xp.int64)
+    sx, sy, sz = (int(v) for v in (span.get() if hasattr(span, "get") else span))
+    if sx * sy * sz < 2**62:
+        key = (c[:, 2] * sy + c[:, 1]) * sx + c[:, 0]
+        _, inverse = xp.unique(key, return_inverse=True)
+    else:
+        _, inverse = np.unique(np.asarray(c), axis=0, return_inverse=True)
+        inverse = xp.asarray(inverse.reshape(-1))
+    inverse = inverse.reshape(-1).astype(xp.int64)
+    return inverse, int(inverse.max()) + 1
+
+
+def old_pooled_cell_mean(xp, cell_id_list, n_cells_list, numerator, denominator):
+    numerator = xp.asarray(numerator)
+    denominator = xp.asarray(denominator)
+    if numerator.ndim == 1:
+        numerator = numerator[None]
+    t = numerator.shape[0]
+    if denominator.ndim == 1:
+        denominator = xp.broadcast_to(denominator[None], (t, denominator.shape[0]))
+    total = np.zeros(t, dtype=np.float64)
+    count = np.zeros(t, dtype=np.int64)
+    for ids, n_cells in zip(cell_id_list, n_cells_list):
+        if n_cells == 0:
+            continue
+        for k in range(t):
+            num = xp.bincount(ids, weights=numerator[k].astype(xp.float64), minlength=n_cells)
+            den = xp.bincount(ids, weights=denominator[k].astype(xp.float64), minlength=n_cells)
+            used = den > 0
+            total[k] += float((num[used] / den[used]).sum())
+            count[k] += int(used.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+
+
+def old_scores(xyz, dist2, tol, voxel_size, front=None):
+    """What eth3d._scores_from_point_results computed before (completeness when front is None)."""
+    tol2 = np.asarray(tol, dtype=np.float64)[:, None] ** 2
+    ok = dist2[None, :] <= tol2
+    ids, ns = zip(*(old_cell_ids(np, xyz, voxel_size, s) for s in GRID_SHIFTS))
+    if front is None:
+        return old_pooled_cell_mean(np, ids, ns, ok, np.ones(xyz.shape[0]))
+    return old_pooled_cell_mean(np, ids, ns, ok, ok | (~ok & front[None, :]))
+# ---------------------------------------------------------------------------------------------
+
+
+def random_cloud(seed: int, n: int, spread: float = 2.0):
+    """Clustered points (many per cell), distances with exact tolerance hits, inf and NaN."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-spread, spread, (max(n // 50, 1), 3))
+    xyz = (centres[rng.integers(len(centres), size=n)] + rng.normal(scale=0.02, size=(n, 3))).astype(np.float32)
+    xyz[: n // 20] = np.round(xyz[: n // 20] / 0.01) * 0.01  # on (or next to) cell faces
+    dist2 = rng.exponential(0.01, n) ** 2
+    dist2[rng.random(n) < 0.05] = np.inf
+    dist2[rng.random(n) < 0.01] = np.nan
+    hit = rng.random(n) < 0.05
+    dist2[hit] = (np.asarray(TOL)[rng.integers(len(TOL), size=int(hit.sum()))]) ** 2  # exactly on a tolerance
+    front = rng.random(n) < 0.3
+    return xyz, dist2, front
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("voxel", [0.01, 0.037])
+def test_scores_equal_old_implementation_bit_for_bit(seed, voxel):
+    xyz, dist2, front = random_cloud(seed, 60000 + 7919 * seed)
+    for fr in (None, front):
+        new = tolerance_scores(np, xyz, dist2, TOL, voxel, front=fr)
+        old = old_scores(xyz, dist2, TOL, voxel, front=fr)
+        np.testing.assert_array_equal(new, old)
+        assert 0.05 < new.min() and new.max() < 1.0  # real ratios, not all 0 or 1
+
+
+def test_far_outlier_span_falls_back_and_matches():
+    """A point 1e15 m away: the packed key would overflow, both take the row-sort path."""
+    xyz, dist2, front = random_cloud(9, 5000)
+    xyz[7] = (1e15, -3e14, 2e15)
+    for fr in (None, front):
+        np.testing.assert_array_equal(tolerance_scores(np, xyz, dist2, TOL, 0.01, front=fr),
+                                      old_scores(xyz, dist2, TOL, 0.01, front=fr))
+
+
+def test_single_point_and_empty():
+    xyz = np.array([[0.5, 0.5, 0.5]], np.float32)
+    np.testing.assert_array_equal(tolerance_scores(np, xyz, np.array([0.03**2]), TOL, 0.01),
+                                  [0, 0, 1, 1, 1, 1])
+    # not accurate anywhere, not in front: no cell counts -> 0; in front: counts, ratio 0
+    assert tolerance_scores(np, xyz, np.array([np.inf]), TOL, 0.01, front=np.array([False])).tolist() == [0.0] * 6
+    assert tolerance_scores(np, np.zeros((0, 3), np.float32), np.zeros(0), TOL, 0.01).tolist() == [0.0] * 6
+
+
+def test_levels_and_sorted_counts_match_numba_counts():
+    """The GPU's sort/segment algorithm, run with numpy, against the Numba hash table."""
+    from mvs_pipeline.evaluation.cpu import cell_code_counts_cpu
+
+    xyz, dist2, front = random_cloud(3, 30000)
+    tol2 = np.asarray(TOL) ** 2
+    lv = tolerance_levels(np, dist2, tol2)
+    np.testing.assert_array_equal(lv, np.searchsorted(tol2, dist2, side="left"))  # NaN sorts last: T
+    scaled = xyz * np.float32(100.0)
+    lo = np.floor(scaled.min(0)).astype(np.int64)
+    span = np.floor(scaled.max(0)).astype(np.int64) - lo + 1
+    c = np.floor(scaled).astype(np.int64) - lo
+    keys = (c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0]
+    ref = sorted_cell_counts(np, keys, front.astype(np.int64) * 7 + lv, 14)
+    ukeys, counts = cell_code_counts_cpu(scaled, lo, span, dist2, tol2, front)
+    np.testing.assert_array_equal(np.sort(ukeys), np.unique(keys))
+    np.testing.assert_array_equal(counts[np.argsort(ukeys)], ref)
+    assert ref.sum() == len(xyz) and len(ukeys) > 1000
