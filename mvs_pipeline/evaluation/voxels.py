@@ -19,8 +19,8 @@ Two implementations of the same scores:
 - `tolerance_scores`: the metric's case (per-point *counts* from distance <= tolerance), one
   pass per grid: every point gets a code (first tolerance it meets, and its `front` flag) and
   each cell a histogram of codes; the per-tolerance numerators and denominators are cumulative
-  sums of that histogram. The CPU counts cells in a Numba hash table (cpu.cell_code_counts_cpu),
-  the GPU sorts keys and segments them (`sorted_cell_counts`, CuPy). Cells are then taken in
+  sums of that histogram. The CPU radix-sorts packed (key, code) integers in Numba
+  (cpu.cell_code_counts_cpu), the GPU sorts keys and segments them (`sorted_cell_counts`, CuPy). Cells are then taken in
   the order of their packed key, as `cell_ids` ranks them, and every per-cell ratio is the same
   float64 quotient of two integers, so the per-grid sums are the same numbers bit for bit on
   the CPU (tests/evaluation/test_eval_voxels.py keeps the old implementation to check it).
@@ -115,17 +115,18 @@ def tolerance_levels(xp, dist2, tol2):
 
 
 def sorted_cell_counts(xp, keys, codes, n_codes: int):
-    """[C, n_codes] int32 histogram of `codes` [N] (0..n_codes-1) per distinct key [N] int64, rows in
+    """[n_codes, C] int32 histogram of `codes` [N] (0..n_codes-1) per distinct key [N] int64, cells in
     increasing key order: sort, mark segment starts, count (the GPU path; works with numpy too)."""
     order = xp.argsort(keys)
     sk = keys[order]
     new = xp.empty(sk.shape[0], dtype=xp.bool_)
     new[:1] = True
     new[1:] = sk[1:] != sk[:-1]
+    del sk
     cell = xp.cumsum(new, dtype=xp.int64) - 1  # [N] cell rank of each sorted point
     n_cells = int(cell[-1]) + 1
-    flat = cell * n_codes + codes[order].astype(xp.int64)
-    return xp.bincount(flat, minlength=n_cells * n_codes).astype(xp.int32).reshape(n_cells, n_codes)
+    flat = codes[order].astype(xp.int64) * n_cells + cell
+    return xp.bincount(flat, minlength=n_cells * n_codes).astype(xp.int32).reshape(n_codes, n_cells)
 
 
 def _scaled(xp, xyz, voxel_size: float, shift: float):
@@ -136,38 +137,41 @@ def _scaled(xp, xyz, voxel_size: float, shift: float):
     return scaled
 
 
+def _point_codes(xp, dist2, tol2, front):
+    """[N] int64 code of each point: front flag * (T+1) + first tolerance met (all flagged without front)."""
+    level = tolerance_levels(xp, xp.asarray(dist2), tol2).astype(xp.int64)
+    return level + (len(tol2) + 1) * (1 if front is None else xp.asarray(front).astype(xp.int64))
+
+
 def _grid_counts(xp, xyz, dist2, tol2, front, voxel_size: float, shift: float):
-    """[C, 2, T+1] int32 counts per cell (key order) of (front flag, level); None when the cell
-    span does not fit an int64 key (the caller falls back to the definition)."""
+    """[2, T+1, C] int32 counts per cell (packed-key order) of (front flag, first tolerance met)."""
     t = len(tol2)
-    scaled = _scaled(xp, xyz, voxel_size, shift)
-    lo = np.floor(_to_numpy(scaled.min(axis=0)).astype(np.float64)).astype(np.int64)
-    hi = np.floor(_to_numpy(scaled.max(axis=0)).astype(np.float64)).astype(np.int64)
-    span = hi - lo + 1
-    if float(span[0]) * float(span[1]) * float(span[2]) >= MAX_KEY_SPAN:
-        return None
     if xp is np:
         from .cpu import cell_code_counts_cpu  # noqa: PLC0415 (Numba: imported when used)
 
-        ukeys, counts = cell_code_counts_cpu(scaled, lo, span, dist2, tol2, front)
-        counts = counts[np.argsort(ukeys)]
+        counts = cell_code_counts_cpu(xyz, voxel_size, shift, dist2, tol2, front)
     else:
-        c = xp.floor(scaled).astype(xp.int64) - xp.asarray(lo)[None, :]
-        keys = (c[:, 2] * int(span[1]) + c[:, 1]) * int(span[0]) + c[:, 0]
-        flag = xp.ones(keys.shape[0], dtype=xp.int32) if front is None else xp.asarray(front).astype(xp.int32)
-        codes = flag * (t + 1) + tolerance_levels(xp, xp.asarray(dist2), tol2)
-        counts = sorted_cell_counts(xp, keys, codes, 2 * (t + 1))
-    return counts.reshape(-1, 2, t + 1)
+        scaled = _scaled(xp, xyz, voxel_size, shift)
+        lo = np.floor(_to_numpy(scaled.min(axis=0)).astype(np.float64)).astype(np.int64)
+        hi = np.floor(_to_numpy(scaled.max(axis=0)).astype(np.float64)).astype(np.int64)
+        span = hi - lo + 1
+        counts = None
+        if float(span[0]) * float(span[1]) * float(span[2]) < MAX_KEY_SPAN:
+            c = xp.floor(scaled).astype(xp.int64) - xp.asarray(lo)[None, :]
+            del scaled
+            keys = (c[:, 2] * int(span[1]) + c[:, 1]) * int(span[0]) + c[:, 0]
+            del c
+            counts = sorted_cell_counts(xp, keys, _point_codes(xp, dist2, tol2, front), 2 * (t + 1))
+    if counts is None:  # keys do not fit: the definition's row sort (far outliers; same cell order)
+        counts = _definition_counts(xp, xyz, dist2, tol2, front, voxel_size, shift)
+    return counts.reshape(2, t + 1, -1)
 
 
 def _definition_counts(xp, xyz, dist2, tol2, front, voxel_size: float, shift: float):
-    """_grid_counts through cell_ids (any span; cells in cell_ids' order)."""
-    t = len(tol2)
+    """[2 (T+1), C] counts through cell_ids (any span; cells in cell_ids' row order)."""
     ids, n_cells = cell_ids(xp, xyz, voxel_size, shift)
-    flag = xp.ones(ids.shape[0], dtype=xp.int64) if front is None else xp.asarray(front).astype(xp.int64)
-    codes = flag * (t + 1) + tolerance_levels(xp, xp.asarray(dist2), tol2)
-    flat = ids * (2 * (t + 1)) + codes
-    return xp.bincount(flat, minlength=n_cells * 2 * (t + 1)).reshape(n_cells, 2, t + 1)
+    flat = _point_codes(xp, dist2, tol2, front) * n_cells + ids
+    return xp.bincount(flat, minlength=n_cells * 2 * (len(tol2) + 1)).reshape(-1, n_cells)
 
 
 def tolerance_scores(xp, xyz, dist2, tolerances, voxel_size: float, front=None) -> np.ndarray:
@@ -187,16 +191,16 @@ def tolerance_scores(xp, xyz, dist2, tolerances, voxel_size: float, front=None) 
     if xp is np:  # the Numba counting releases the GIL: both grids at once
         with ThreadPoolExecutor(len(GRID_SHIFTS)) as pool:
             grids = list(pool.map(lambda s: _grid_counts(*args, s), GRID_SHIFTS))
-    else:
+    else:  # one grid at a time: at 50 M points each takes a few GiB of GPU memory
         grids = [_grid_counts(*args, s) for s in GRID_SHIFTS]
-    for counts, shift in zip(grids, GRID_SHIFTS):
-        if counts is None:
-            counts = _definition_counts(*args, shift)
-        all_levels = xp.cumsum(counts.sum(axis=1, dtype=xp.int64), axis=1)  # [C, T+1] points with level <= k
-        flagged = xp.cumsum(counts[:, 1, :].astype(xp.int64), axis=1)  # [C, T+1] flagged, level <= k
+    for counts in grids:  # [2, T+1, C]: (front flag, first tolerance met) per cell
+        num = xp.zeros(counts.shape[2], dtype=xp.int64)  # points within tolerance k
+        flagged_beyond = counts[1].sum(axis=0, dtype=xp.int64)  # flagged points beyond tolerance k
         for k in range(t):
-            num = all_levels[:, k]
-            den = num + (flagged[:, t] - flagged[:, k])  # + flagged points beyond tolerance k
+            num += counts[0, k]
+            num += counts[1, k]
+            flagged_beyond -= counts[1, k]
+            den = num + flagged_beyond
             used = den > 0
             # int64 / int64 -> float64, summed over cells in key order: as pooled_cell_mean does
             total[k] += float((num[used] / den[used]).sum())

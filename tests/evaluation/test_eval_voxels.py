@@ -117,20 +117,49 @@ def test_single_point_and_empty():
 
 
 def test_levels_and_sorted_counts_match_numba_counts():
-    """The GPU's sort/segment algorithm, run with numpy, against the Numba hash table."""
+    """The GPU's sort/segment algorithm, run with numpy, against the Numba radix sort; both against
+    np.unique counts."""
     from mvs_pipeline.evaluation.cpu import cell_code_counts_cpu
 
     xyz, dist2, front = random_cloud(3, 30000)
     tol2 = np.asarray(TOL) ** 2
     lv = tolerance_levels(np, dist2, tol2)
     np.testing.assert_array_equal(lv, np.searchsorted(tol2, dist2, side="left"))  # NaN sorts last: T
-    scaled = xyz * np.float32(100.0)
-    lo = np.floor(scaled.min(0)).astype(np.int64)
-    span = np.floor(scaled.max(0)).astype(np.int64) - lo + 1
-    c = np.floor(scaled).astype(np.int64) - lo
+    c = old_cell_coords(np, xyz, 0.01, 0.5)
+    c -= c.min(0)
+    span = c.max(0) + 1
     keys = (c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0]
-    ref = sorted_cell_counts(np, keys, front.astype(np.int64) * 7 + lv, 14)
-    ukeys, counts = cell_code_counts_cpu(scaled, lo, span, dist2, tol2, front)
-    np.testing.assert_array_equal(np.sort(ukeys), np.unique(keys))
-    np.testing.assert_array_equal(counts[np.argsort(ukeys)], ref)
-    assert ref.sum() == len(xyz) and len(ukeys) > 1000
+    codes = front.astype(np.int64) * 7 + lv
+    ref = sorted_cell_counts(np, keys, codes, 14)
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    expect = np.zeros((14, len(uniq)), np.int64)
+    np.add.at(expect, (codes, inverse.ravel()), 1)
+    np.testing.assert_array_equal(ref, expect)
+    np.testing.assert_array_equal(cell_code_counts_cpu(xyz, 0.01, 0.5, dist2, tol2, front), expect)
+    assert len(uniq) > 1000 and expect[7:].sum() < expect.sum()  # many cells, both flags present
+
+
+def test_cell_rounding_is_two_float32_steps():
+    """Coordinates where one fused multiply-add would floor to another cell than float32(x * inv)
+    followed by float32(+ shift): the Numba cells must be the two-step ones (the official program's)."""
+    from mvs_pipeline.evaluation.cpu import cell_code_counts_cpu
+
+    voxel, shift = 0.01, 0.5
+    inv = np.float32(1.0 / voxel)
+    # The two differ only where x * inv + shift lands next to a power of two: scan a few hundred
+    # ulps around those coordinates.
+    centres = [np.float32(sg * (2.0**m - shift) / inv) for m in range(1, 24) for sg in (1, -1)]
+    x = np.concatenate([c + np.arange(-300, 301).astype(np.float32) * np.spacing(c) for c in centres])
+    two_step = np.floor((x * inv) + np.float32(shift))
+    fused = np.floor((x.astype(np.float64) * np.float64(inv) + shift).astype(np.float32))  # one rounding
+    picked = x[two_step != fused][:300]
+    assert len(picked) > 20  # the case exists
+    xyz = np.stack([picked, np.zeros_like(picked), np.zeros_like(picked)], 1)
+    xyz = np.concatenate([xyz, xyz + np.float32(1.0)]).astype(np.float32)
+    d2 = np.zeros(len(xyz))
+    c = old_cell_coords(np, xyz, voxel, shift)
+    c -= c.min(0)
+    span = c.max(0) + 1
+    expect = np.unique((c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0], return_counts=True)[1]
+    got = cell_code_counts_cpu(xyz, voxel, shift, d2, np.asarray(TOL) ** 2, None)
+    np.testing.assert_array_equal(got.sum(axis=0), expect)
