@@ -26,26 +26,40 @@ HIST_EDGES = HIST_MIN * HIST_RATIO ** np.arange(N_BINS + 1)  # [B + 1]
 PLOT_EDGES = 10.0 ** np.arange(-6.0, 3.0001, 0.05)  # coarse histograms kept in the results (20 per decade)
 
 
-def bin_index(xp, values, edges: np.ndarray):
+def bin_index(xp, values, edges: np.ndarray, log_values=None):
     """[N] int64 bin of each value in log-spaced `edges` [B + 1]: k with edges[k] <= v < edges[k+1],
-    values clipped into [edges[0], edges[-1]] (so below -> first bin, above -> last bin)."""
+    values clipped into [edges[0], edges[-1]] (so below -> first bin, above -> last bin).
+    `log_values` (log of the values, any clipping) may be passed to share one log between edge sets."""
     nb = len(edges) - 1
     e = xp.asarray(edges)
-    v = xp.clip(values, float(edges[0]), float(edges[-1]))
+    if log_values is None:
+        log_values = xp.log(xp.maximum(values, float(edges[0])))
     log_lo, log_step = math.log(edges[0]), math.log(edges[-1] / edges[0]) / nb
-    idx = xp.clip(xp.floor((xp.log(v) - log_lo) / log_step).astype(xp.int64), 0, nb - 1)
+    guess = (log_values - log_lo) / log_step
+    xp.clip(guess, 0, nb - 1, out=guess)  # also maps -inf (log 0) to the first bin
+    idx = xp.floor(guess, out=guess).astype(xp.int64)
+    del guess
+    v = xp.clip(values, float(edges[0]), float(edges[-1]))
     idx -= v < e[idx]  # the log rounded up across an edge
     idx += (v >= e[idx + 1]) & (idx < nb - 1)  # ... or down (the last bin keeps edges[-1])
     return idx
 
 
+def histograms(xp, values, edge_sets) -> list[np.ndarray]:
+    """[B] int64 numpy counts of `values` in each of `edge_sets` (see bin_index), one log for all."""
+    if values.shape[0] == 0:
+        return [np.zeros(len(e) - 1, np.int64) for e in edge_sets]
+    log_values = xp.log(xp.maximum(values, min(float(e[0]) for e in edge_sets)))  # no log(0)
+    out = []
+    for edges in edge_sets:
+        counts = xp.bincount(bin_index(xp, values, edges, log_values), minlength=len(edges) - 1)
+        out.append(np.asarray(counts.get() if hasattr(counts, "get") else counts, dtype=np.int64))
+    return out
+
+
 def histogram(xp, values, edges: np.ndarray) -> np.ndarray:
     """[B] int64 numpy counts of `values` in `edges` (see bin_index)."""
-    nb = len(edges) - 1
-    if values.shape[0] == 0:
-        return np.zeros(nb, np.int64)
-    counts = xp.bincount(bin_index(xp, values, edges), minlength=nb)
-    return np.asarray(counts.get() if hasattr(counts, "get") else counts, dtype=np.int64)
+    return histograms(xp, values, [edges])[0]
 
 
 @dataclass
@@ -80,11 +94,12 @@ def map_stats(xp, pred, gt) -> MapStats:
     nan = float("nan")
     counts = {k: int((rel_err <= t).sum()) for k, t in REL_THRESHOLDS.items()}
     counts.update({k: int((abs_err <= t).sum()) for k, t in ABS_THRESHOLDS.items()})
+    hist_abs, plot_abs = histograms(xp, abs_err, (HIST_EDGES, PLOT_EDGES))
+    hist_rel, plot_rel = histograms(xp, rel_err, (HIST_EDGES, PLOT_EDGES))
     return MapStats(
         gt_pixels=int(g.sum()), evaluated=n,
         sum_abs=float(abs_err.sum()), sum_rel=float(rel_err.sum()),
         median_abs=float(xp.median(abs_err)) if n else nan,
         median_rel=float(xp.median(rel_err)) if n else nan,
         counts=counts,
-        hist_abs=histogram(xp, abs_err, HIST_EDGES), hist_rel=histogram(xp, rel_err, HIST_EDGES),
-        plot_abs=histogram(xp, abs_err, PLOT_EDGES), plot_rel=histogram(xp, rel_err, PLOT_EDGES))
+        hist_abs=hist_abs, hist_rel=hist_rel, plot_abs=plot_abs, plot_rel=plot_rel)

@@ -163,3 +163,31 @@ def test_cell_rounding_is_two_float32_steps():
     expect = np.unique((c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0], return_counts=True)[1]
     got = cell_code_counts_cpu(xyz, voxel, shift, d2, np.asarray(TOL) ** 2, None)
     np.testing.assert_array_equal(got.sum(axis=0), expect)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(3))
+def test_cuda_scores_equal_cpu(cupy, seed):
+    """CuPy's sort/segment against the Numba radix sort: the same per-cell counts exactly, scores to
+    the last bits (the GPU sums the per-cell ratios in another order)."""
+    from mvs_pipeline.evaluation.cpu import cell_code_counts_cpu
+
+    xyz, dist2, front = random_cloud(seed, 300000 + 1000 * seed)
+    if seed == 2:
+        xyz[11] = (1e15, 0.0, 0.0)  # key span beyond int64: the definition's row-sort path
+    for fr in (None, front):
+        a = tolerance_scores(np, xyz, dist2, TOL, 0.01, front=fr)
+        b = tolerance_scores(cupy, cupy.asarray(xyz), cupy.asarray(dist2), TOL, 0.01,
+                             front=None if fr is None else cupy.asarray(fr))
+        np.testing.assert_allclose(b, a, rtol=1e-13, atol=0)
+    if seed < 2:
+        tol2 = np.asarray(TOL) ** 2
+        c = old_cell_coords(np, xyz, 0.01, 0.0)
+        c -= c.min(0)
+        span = c.max(0) + 1
+        keys = (c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0]
+        codes = front.astype(np.int64) * 7 + tolerance_levels(np, dist2, tol2)
+        got = sorted_cell_counts(cupy, cupy.asarray(keys), cupy.asarray(codes), 14).get()
+        np.testing.assert_array_equal(got, cell_code_counts_cpu(xyz, 0.01, 0.0, dist2, tol2, front))
+        np.testing.assert_array_equal(tolerance_levels(cupy, cupy.asarray(dist2), tol2).get(),
+                                      tolerance_levels(np, dist2, tol2))
