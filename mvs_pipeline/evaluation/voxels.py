@@ -201,9 +201,13 @@ def tolerance_scores(xp, xyz, dist2, tolerances, voxel_size: float, front=None) 
             num += counts[1, k]
             flagged_beyond -= counts[1, k]
             den = num + flagged_beyond
-            used = den > 0
             # int64 / int64 -> float64, summed over cells in key order: as pooled_cell_mean does
-            total[k] += float((num[used] / den[used]).sum())
-            count[k] += int(used.sum())
+            if front is None:  # every point counts: every occupied cell has den > 0, no mask needed
+                total[k] += float((num / den).sum())
+                count[k] += int(den.shape[0])
+            else:
+                used = den > 0
+                total[k] += float((num[used] / den[used]).sum())
+                count[k] += int(used.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), 0.0)
