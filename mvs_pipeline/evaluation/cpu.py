@@ -158,3 +158,126 @@ def nearest_dist2_cpu(gt_world: np.ndarray, recon_xyz: np.ndarray, max_dist: flo
     # Slightly larger bound: cKDTree's bound is strict (<), the metric's tolerance test is <=.
     dist, _ = tree.query(gt, k=1, distance_upper_bound=max_dist * (1 + 1e-9) + 1e-12, workers=-1)
     return dist * dist
+
+
+# Voxel weighting (voxels.tolerance_scores): a histogram of point codes per occupied cell.
+# Each point becomes one integer, packed cell key << CODE_BITS | code, and an LSD radix sort
+# orders them (cells then in the packed key order cell_ids ranks them by); runs of equal keys
+# are the cells. Radix passes read sequentially and write to 2^RADIX_BITS streams: at 25 M points
+# much faster than np.argsort or a hash table, whose random accesses miss the cache.
+CODE_BITS = 5  # codes 0 .. 2 (T+1) - 1: up to 15 tolerances
+RADIX_BITS = 11
+
+
+@numba.njit(cache=True, inline="always")
+def _cell(x, inv, shift):
+    """voxels.cell_coords of one float32 coordinate: float32 product, then float32 sum (no FMA:
+    Numba contracts nothing without fastmath), then floor."""
+    s = x * inv
+    s = s + shift
+    return np.int64(math.floor(s))
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_bounds(xyz, inv, shift):
+    lo = np.full(3, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(3, np.iinfo(np.int64).min, np.int64)
+    for i in range(xyz.shape[0]):
+        for a in range(3):
+            c = _cell(xyz[i, a], inv, shift)
+            lo[a] = min(lo[a], c)
+            hi[a] = max(hi[a], c)
+    return lo, hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _packed_codes(xyz, inv, shift, lo, span, dist2, tol2, front, has_front):
+    n = xyz.shape[0]
+    t = tol2.shape[0]
+    sx, sy = span[0], span[1]
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        cx = _cell(xyz[i, 0], inv, shift) - lo[0]
+        cy = _cell(xyz[i, 1], inv, shift) - lo[1]
+        cz = _cell(xyz[i, 2], inv, shift) - lo[2]
+        key = (cz * sy + cy) * sx + cx
+        level = t
+        d = dist2[i]
+        for k in range(t):
+            if d <= tol2[k]:  # tol2 sorted: the first tolerance met (NaN meets none)
+                level = k
+                break
+        flag = 1 if (not has_front or front[i]) else 0
+        out[i] = (np.uint64(key) << np.uint64(CODE_BITS)) | np.uint64(flag * (t + 1) + level)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _radix_sort(v, n_bits):
+    """Sort uint64 values < 2^n_bits (LSD, RADIX_BITS per pass; a pass whose digit is constant is skipped)."""
+    n = v.shape[0]
+    buf = np.empty_like(v)
+    radix = 1 << RADIX_BITS
+    mask = np.uint64(radix - 1)
+    shift = 0
+    while shift < n_bits:
+        sh = np.uint64(shift)
+        hist = np.zeros(radix, np.int64)
+        for i in range(n):
+            hist[(v[i] >> sh) & mask] += 1
+        if hist.max() < n:
+            pos = np.zeros(radix, np.int64)
+            for b in range(1, radix):
+                pos[b] = pos[b - 1] + hist[b - 1]
+            for i in range(n):
+                b = (v[i] >> sh) & mask
+                buf[pos[b]] = v[i]
+                pos[b] += 1
+            v, buf = buf, v
+        shift += RADIX_BITS
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_counts(v, n_codes):
+    """[n_codes, C] int32 code counts of each run of equal keys in sorted packed values."""
+    n = v.shape[0]
+    n_cells = 0
+    prev = np.uint64(0)
+    for i in range(n):
+        key = v[i] >> np.uint64(CODE_BITS)
+        if i == 0 or key != prev:
+            n_cells += 1
+            prev = key
+    counts = np.zeros((n_codes, n_cells), np.int32)
+    cell = -1
+    code_mask = np.uint64((1 << CODE_BITS) - 1)
+    for i in range(n):
+        key = v[i] >> np.uint64(CODE_BITS)
+        if i == 0 or key != prev:
+            cell += 1
+            prev = key
+        counts[np.int64(v[i] & code_mask), cell] += 1
+    return counts
+
+
+def cell_code_counts_cpu(xyz: np.ndarray, voxel_size: float, shift: float, dist2: np.ndarray,
+                         tol2: np.ndarray, front: np.ndarray | None) -> np.ndarray | None:
+    """[2 (T+1), C] int32: per occupied cell of the grid (voxel_size, shift) (voxels.cell_coords),
+    columns in packed-key order as cell_ids ranks them, the number of points of each code
+    front * (T+1) + (first tolerance met, T for none), for float32 points `xyz` [N, 3] (N > 0).
+    None when packed key and code do not fit 64 bits (the caller falls back to the definition).
+    Twin of voxels.sorted_cell_counts (the GPU's sort/segment)."""
+    n_codes = 2 * (len(tol2) + 1)
+    xyz = np.ascontiguousarray(xyz, dtype=np.float32)
+    inv, sh = np.float32(1.0 / voxel_size), np.float32(shift)  # as cell_coords rounds them
+    lo, hi = _cell_bounds(xyz, inv, sh)
+    span = hi - lo + 1
+    key_bits = (int(span[0]) * int(span[1]) * int(span[2]) - 1).bit_length()  # keys 0 .. prod - 1
+    if n_codes > 1 << CODE_BITS or key_bits + CODE_BITS > 64:
+        return None
+    has_front = front is not None
+    fr = np.ascontiguousarray(front, dtype=np.bool_) if has_front else np.zeros(1, np.bool_)
+    packed = _packed_codes(xyz, inv, sh, lo, span, np.ascontiguousarray(dist2, dtype=np.float64),
+                           np.ascontiguousarray(tol2, dtype=np.float64), fr, has_front)
+    return _run_counts(_radix_sort(packed, key_bits + CODE_BITS), n_codes)

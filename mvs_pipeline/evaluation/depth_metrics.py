@@ -9,7 +9,12 @@ For an image, with GT-valid pixels G (finite, > 0) and estimated pixels E (finit
 (fractions in [0, 1]; a pixel without an estimate counts against completeness only).
 Overall numbers pool the pixels of all images. Overall medians come from log-spaced error
 histograms (bin ratio HIST_RATIO), so they are exact to within 0.05 %; per-image medians
-are exact. The same histograms feed the report's error plots.
+are exact. The same histograms feed the report's error plots. The per-map work is
+depth_stats.map_stats, on the GPU (CuPy) with the cuda backend.
+
+Error images: by default only for the views the report previews (the first `preview_views`
+names in sorted order), at most ERROR_IMAGE_MAX_WIDTH wide; `error_images="all"` writes every
+view at full size.
 """
 
 from __future__ import annotations
@@ -23,32 +28,29 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MVSError
+from ..gpu.backend import resolve_backend
+from ..gpu.loader import import_cupy
 from ..io.atomic import atomic_path
 from ..io.colmap_maps import read_depth_map
 from .depth_io import read_gt_depth
+from .depth_stats import (
+    ABS_THRESHOLDS,
+    HIST_EDGES,
+    N_BINS,
+    PLOT_EDGES,
+    REL_THRESHOLDS,
+    MapStats,
+    map_stats,
+)
 
 log = logging.getLogger(__name__)
 
-ABS_THRESHOLDS = {"within_2cm": 0.02, "within_10cm": 0.10}  # metres
-REL_THRESHOLDS = {"within_1pct": 0.01, "within_2pct": 0.02}
-HIST_MIN, HIST_MAX, HIST_RATIO = 1e-6, 1e3, 1.001  # errors below HIST_MIN go to the first bin
-_N_BINS = int(math.ceil(math.log(HIST_MAX / HIST_MIN) / math.log(HIST_RATIO)))
-HIST_EDGES = HIST_MIN * HIST_RATIO ** np.arange(_N_BINS + 1)  # [B + 1]
-PLOT_EDGES = 10.0 ** np.arange(-6.0, 3.0001, 0.05)  # coarse histograms kept in the results (20 per decade)
 ERROR_IMAGE_REL_MAX = 0.05  # error images span relative errors 0 .. 5 %
+ERROR_IMAGE_MAX_WIDTH = 1600  # px: preview error images are downscaled to this width (issue 21)
 
 
 def valid_depth(d: np.ndarray) -> np.ndarray:
     return np.isfinite(d) & (d > 0)
-
-
-def _hist(values: np.ndarray) -> np.ndarray:
-    idx = np.searchsorted(HIST_EDGES, np.maximum(values, HIST_MIN), side="right") - 1
-    return np.bincount(np.clip(idx, 0, _N_BINS - 1), minlength=_N_BINS).astype(np.int64)
-
-
-def _plot_hist(values: np.ndarray) -> np.ndarray:
-    return np.histogram(np.clip(values, PLOT_EDGES[0], PLOT_EDGES[-1]), bins=PLOT_EDGES)[0].astype(np.int64)
 
 
 def _hist_median(hist: np.ndarray) -> float:
@@ -59,28 +61,24 @@ def _hist_median(hist: np.ndarray) -> float:
     return float(math.sqrt(HIST_EDGES[k] * HIST_EDGES[k + 1]))
 
 
-def depth_errors(pred: np.ndarray, gt: np.ndarray) -> dict:
-    """Metrics of one depth map [H, W] against GT of the same size (see module doc)."""
-    pred = np.asarray(pred, dtype=np.float64)
-    gt = np.asarray(gt, dtype=np.float64)
-    if pred.shape != gt.shape:
-        raise MVSError(f"depth map shape {pred.shape} differs from GT shape {gt.shape}")
-    g = valid_depth(gt)
-    both = g & valid_depth(pred)
-    n_gt, n = int(g.sum()), int(both.sum())
-    abs_err = np.abs(pred[both] - gt[both])
-    rel_err = abs_err / gt[both]
-    out = {"gt_pixels": n_gt, "evaluated_pixels": n, "completeness": n / n_gt if n_gt else float("nan")}
-    nan = float("nan")
-    out["mean_abs_error"] = float(abs_err.mean()) if n else nan
-    out["median_abs_error"] = float(np.median(abs_err)) if n else nan
-    out["mean_rel_error"] = float(rel_err.mean()) if n else nan
-    out["median_rel_error"] = float(np.median(rel_err)) if n else nan
-    for k, t in REL_THRESHOLDS.items():
-        out[k] = float((rel_err <= t).mean()) if n else nan
-    for k, t in ABS_THRESHOLDS.items():
-        out[k] = float((abs_err <= t).mean()) if n else nan
+def image_metrics(st: MapStats) -> dict:
+    """The per-image numbers (module doc) of one map's statistics."""
+    n, nan = st.evaluated, float("nan")
+    out = {"gt_pixels": st.gt_pixels, "evaluated_pixels": n,
+           "completeness": n / st.gt_pixels if st.gt_pixels else nan}
+    out["mean_abs_error"] = st.sum_abs / n if n else nan  # = abs_err.mean(): the same pairwise sum / n
+    out["median_abs_error"] = st.median_abs
+    out["mean_rel_error"] = st.sum_rel / n if n else nan
+    out["median_rel_error"] = st.median_rel
+    out.update({k: (st.counts[k] / n if n else nan) for k in (*REL_THRESHOLDS, *ABS_THRESHOLDS)})
     return out
+
+
+def depth_errors(pred: np.ndarray, gt: np.ndarray, xp=np) -> dict:
+    """Metrics of one depth map [H, W] against GT of the same size (see module doc); `xp` numpy or cupy."""
+    if tuple(pred.shape) != tuple(gt.shape):
+        raise MVSError(f"depth map shape {tuple(pred.shape)} differs from GT shape {tuple(gt.shape)}")
+    return image_metrics(map_stats(xp, pred, gt))
 
 
 @dataclass
@@ -92,30 +90,25 @@ class DepthAccumulator:
     sum_abs: float = 0.0
     sum_rel: float = 0.0
     counts: dict = field(default_factory=lambda: {k: 0 for k in (*REL_THRESHOLDS, *ABS_THRESHOLDS)})
-    hist_abs: np.ndarray = field(default_factory=lambda: np.zeros(_N_BINS, np.int64))
-    hist_rel: np.ndarray = field(default_factory=lambda: np.zeros(_N_BINS, np.int64))
+    hist_abs: np.ndarray = field(default_factory=lambda: np.zeros(N_BINS, np.int64))
+    hist_rel: np.ndarray = field(default_factory=lambda: np.zeros(N_BINS, np.int64))
     plot_abs: np.ndarray = field(default_factory=lambda: np.zeros(len(PLOT_EDGES) - 1, np.int64))
     plot_rel: np.ndarray = field(default_factory=lambda: np.zeros(len(PLOT_EDGES) - 1, np.int64))
 
     def add(self, pred: np.ndarray, gt: np.ndarray) -> None:
-        pred = np.asarray(pred, np.float64)
-        gt = np.asarray(gt, np.float64)
-        g = valid_depth(gt)
-        both = g & valid_depth(pred)
-        abs_err = np.abs(pred[both] - gt[both])
-        rel_err = abs_err / gt[both]
-        self.gt_pixels += int(g.sum())
-        self.evaluated += int(both.sum())
-        self.sum_abs += float(abs_err.sum())
-        self.sum_rel += float(rel_err.sum())
-        for k, t in REL_THRESHOLDS.items():
-            self.counts[k] += int((rel_err <= t).sum())
-        for k, t in ABS_THRESHOLDS.items():
-            self.counts[k] += int((abs_err <= t).sum())
-        self.hist_abs += _hist(abs_err)
-        self.hist_rel += _hist(rel_err)
-        self.plot_abs += _plot_hist(abs_err)
-        self.plot_rel += _plot_hist(rel_err)
+        self.add_stats(map_stats(np, pred, gt))
+
+    def add_stats(self, st: MapStats) -> None:
+        self.gt_pixels += st.gt_pixels
+        self.evaluated += st.evaluated
+        self.sum_abs += st.sum_abs
+        self.sum_rel += st.sum_rel
+        for k, c in st.counts.items():
+            self.counts[k] += c
+        self.hist_abs += st.hist_abs
+        self.hist_rel += st.hist_rel
+        self.plot_abs += st.plot_abs
+        self.plot_rel += st.plot_rel
 
     def result(self) -> dict:
         n, nan = self.evaluated, float("nan")
@@ -218,10 +211,33 @@ def _run_cameras(run_dir: Path) -> dict:
     return {img.name: rec.cameras[img.camera_id] for img in rec.images.values()}
 
 
-def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, names=None) -> dict:
+def preview_error_image(pred: np.ndarray, gt: np.ndarray, max_width: int = ERROR_IMAGE_MAX_WIDTH) -> np.ndarray:
+    """error_image of the maps resampled (nearest pixel) to at most `max_width` px wide."""
+    h, w = pred.shape
+    if w > max_width:
+        h2 = max(1, int(round(h * max_width / w)))
+        pred, gt = _resize_nearest(pred, h2, max_width), _resize_nearest(gt, h2, max_width)
+    return error_image(pred, gt)
+
+
+ERROR_IMAGE_MODES = ("previews", "all")
+
+
+def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, names=None,
+                        error_images: str = "all", preview_views: int = 12, backend: str = "cpu") -> dict:
     """Compare RUN/stereo/depth_maps with GT maps in gt_dir; return {"images": {...}, "overall": {...},
     "histograms": {...}}. ETH3D raw GT needs `gt_cameras` (its distorted calibration folder) and is
-    resampled into the run's (undistorted) cameras."""
+    resampled into the run's (undistorted) cameras.
+
+    Into `error_image_dir` (if given): with error_images "all" every view's full-size error image,
+    with "previews" only the first `preview_views` views in name order (the ones the report shows),
+    downscaled to <= ERROR_IMAGE_MAX_WIDTH px wide. `backend` (auto, cuda, cpu) computes the maps'
+    statistics with CuPy or NumPy."""
+    if error_images not in ERROR_IMAGE_MODES:
+        raise MVSError(f"error_images = {error_images!r}: expected one of {', '.join(ERROR_IMAGE_MODES)}")
+    xp = np
+    if resolve_backend(backend) == "cuda":
+        xp = import_cupy()
     run_dir, gt_dir = Path(run_dir), Path(gt_dir)
     if not gt_dir.is_dir():
         raise MVSError(f"{gt_dir}: GT depth folder not found")
@@ -233,6 +249,7 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     src_cams = _eth3d_cameras(Path(gt_cameras)) if gt_cameras is not None else {}
     dst_cams = None
     acc = DepthAccumulator()
+    previewed = set(sorted(preds)[:max(preview_views, 0)])  # the report previews the first views by name
     images = {}
     skipped = []
     for name, pred_path in preds.items():
@@ -263,10 +280,12 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
         if gt.shape != pred.shape:
             log.info("%s: GT %s resampled (nearest) to the depth map's %s", name, gt.shape, pred.shape)
             gt = _resize_nearest(gt, *pred.shape)
-        images[name] = depth_errors(pred, gt)
-        acc.add(pred, gt)
-        if error_image_dir is not None:
-            write_png(Path(error_image_dir) / f"{name.replace('/', '__')}.error.png", error_image(pred, gt))
+        st = map_stats(xp, pred, gt)  # [H, W] maps; one pass, on the GPU with CuPy
+        images[name] = image_metrics(st)
+        acc.add_stats(st)
+        if error_image_dir is not None and (error_images == "all" or name in previewed):
+            png = Path(error_image_dir) / f"{name.replace('/', '__')}.error.png"
+            write_png(png, error_image(pred, gt) if error_images == "all" else preview_error_image(pred, gt))
     if not images:
         raise MVSError(f"{gt_dir}: no GT depth map matches any of the {len(preds)} depth maps of {run_dir} "
                        f"(looked for e.g. {_gt_candidates(gt_dir, next(iter(preds)))[0].name})")

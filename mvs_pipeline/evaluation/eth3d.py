@@ -29,7 +29,7 @@ from ..errors import MVSError
 from ..gpu.backend import resolve_backend
 from ..io.ply import read_vertex_element
 from .mlp import Scan
-from .voxels import GRID_SHIFTS, cell_ids, pooled_cell_mean
+from .voxels import tolerance_scores
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +88,13 @@ def classify_accuracy(best_dist2: np.ndarray, front: np.ndarray, tolerances) -> 
 
 def _scores_from_point_results(xp, recon32, gt32, gt_dist2, best_dist2, front, tol, voxel_size):
     """(accuracy [T], completeness [T]) from per-point results; `xp` arrays on one device."""
-    tol2 = xp.asarray(np.asarray(tol, dtype=np.float64) ** 2)[:, None]
     if gt32.shape[0] and recon32.shape[0]:
-        complete = xp.asarray(gt_dist2)[None, :] <= tol2
-        ids, ns = zip(*(cell_ids(xp, gt32, voxel_size, s) for s in GRID_SHIFTS))
-        completeness = pooled_cell_mean(xp, ids, ns, complete, xp.ones(gt32.shape[0]))
+        completeness = tolerance_scores(xp, gt32, xp.asarray(gt_dist2), tol, voxel_size)
     else:  # the official program scores an empty reconstruction 0 (no KD-tree to build)
         completeness = np.zeros(len(tol))
     if recon32.shape[0]:
-        accurate = xp.asarray(best_dist2)[None, :] <= tol2
-        inaccurate = ~accurate & xp.asarray(front)[None, :]
-        ids, ns = zip(*(cell_ids(xp, recon32, voxel_size, s) for s in GRID_SHIFTS))
-        accuracy = pooled_cell_mean(xp, ids, ns, accurate, accurate | inaccurate)
+        # accurate: best_dist2 <= tau^2; inaccurate: not accurate and in front of a measured surface
+        accuracy = tolerance_scores(xp, recon32, xp.asarray(best_dist2), tol, voxel_size, front=xp.asarray(front))
     else:
         accuracy = np.zeros(len(tol))
     return accuracy, completeness

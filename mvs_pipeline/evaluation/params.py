@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..field_meta import meta
 
@@ -29,6 +30,10 @@ class EvaluateConfig:
         "mask precision and coverage into OUT/eval/masks_<cloud>.json (null = no mask metrics)"))
     depth_metrics: bool = field(default=True, metadata=meta(
         "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))
+    # Full-size error images of every view cost more than the metrics at ETH3D size (issue 21).
+    error_images: Literal["previews", "all"] = field(default="previews", metadata=meta(
+        "depth error images in OUT/eval/depth_errors/: previews = the report's previewed views "
+        "(report_max_views), at most 1600 px wide; all = every view at full size"))
     report: bool = field(default=True, metadata=meta("write OUT/report.html and OUT/report.json at the end"))
     report_max_views: int = field(default=12, metadata=meta(
         "views shown with depth/normal/cost previews in the report", "views", (0, 10000)))

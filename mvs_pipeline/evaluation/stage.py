@@ -3,7 +3,7 @@
     OUT/eval/eth3d_<cloud>.json   ETH3D scores of OUT/<cloud>.ply (fused, fused_fps) vs the GT .mlp
     OUT/eval/eth3d_<cloud>.{completeness,accuracy}.tolerance_<t>.ply   with write_clouds
     OUT/eval/depth.json           depth-map metrics, when GT depth maps are found
-    OUT/eval/depth_errors/*.png   per-image error images
+    OUT/eval/depth_errors/*.png   error images of the report's previewed views (all with error_images: all)
     OUT/report.json, OUT/report.html
 
 A result is reused when its JSON exists and records the same input file (size and mtime) and
@@ -72,7 +72,7 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     """Evaluate what the run folder holds; returns {"eth3d": {cloud: result}, "depth": ..., "report": path}.
 
     `cfg` is the EvaluateConfig section (tolerances, voxel_size, beam_start_radius,
-    beam_divergence_deg, clouds, write_clouds, depth_metrics, report, report_max_views,
+    beam_divergence_deg, clouds, write_clouds, depth_metrics, error_images, report, report_max_views,
     report_render_points). make_report (default cfg.report) writes OUT/report.{html,json}; a
     pipeline that writes run.json after its stages should pass False and call
     `write_final_report(cfg, out_dir)` after run.json, so the report shows this run's timings.
@@ -125,7 +125,9 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     if cfg.depth_metrics:
         gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
         if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
-            depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors")
+            depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
+                                        error_images=cfg.error_images, preview_views=cfg.report_max_views,
+                                        backend=backend)
             atomic_write_text(eval_dir / "depth.json", to_json(depth))
             summary["depth"] = depth["overall"]
 

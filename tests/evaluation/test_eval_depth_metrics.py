@@ -197,3 +197,33 @@ def test_cli_depth_mode(tmp_path, capsys):
     assert (tmp_path / "err" / "view_000.png.error.png").is_file()
     assert "OVERALL" in capsys.readouterr().out
     assert main(["evaluate", "--depth-run", str(run)]) == 2  # needs --gt-depth
+
+
+def test_error_images_only_for_previewed_views_downscaled(tmp_path):
+    import cv2
+
+    run, gt_dir = tmp_path / "run", tmp_path / "gt"
+    dm = run / "stereo" / "depth_maps"
+    dm.mkdir(parents=True)
+    gt_dir.mkdir()
+    gt = np.full((40, 2000), 2.0, np.float32)
+    names = ["v2.png", "v0.png", "v1.png"]
+    for n in names:
+        np.save(gt_dir / f"{n[:-4]}.npy", gt)
+        write_colmap_array(dm / f"{n}.geometric.bin", gt * 1.01)
+    out = evaluate_run_depths(run, gt_dir, error_image_dir=tmp_path / "prev", error_images="previews",
+                              preview_views=2)
+    assert sorted(p.name for p in (tmp_path / "prev").iterdir()) == ["v0.png.error.png", "v1.png.error.png"]
+    assert cv2.imread(str(tmp_path / "prev" / "v0.png.error.png")).shape == (32, 1600, 3)
+    assert set(out["images"]) == set(names)  # metrics for every view all the same
+    evaluate_run_depths(run, gt_dir, error_image_dir=tmp_path / "all", error_images="all", preview_views=2)
+    assert len(list((tmp_path / "all").iterdir())) == 3
+    assert cv2.imread(str(tmp_path / "all" / "v2.png.error.png")).shape == (40, 2000, 3)
+    with pytest.raises(MVSError, match="error_images"):
+        evaluate_run_depths(run, gt_dir, error_images="some")
+
+
+def test_error_images_config_default_is_previews():
+    from mvs_pipeline.evaluation.params import EvaluateConfig
+
+    assert EvaluateConfig().error_images == "previews"
