@@ -146,7 +146,7 @@ def _evaluate_depths(args, record: dict) -> None:
     if args.gt_depth is None:
         raise MVSError("--depth-run needs --gt-depth DIR")
     depth = evaluate_run_depths(args.depth_run, args.gt_depth, gt_cameras=args.gt_cameras,
-                                error_image_dir=args.error_images)
+                                error_image_dir=args.error_images, backend=args.backend)
     print(format_depth_table(depth))
     record["depth"] = depth
 
