@@ -140,7 +140,7 @@ def test_cupy_gives_the_same_scores(tmp_path, cupy):
         m = np.zeros((48, 64), np.uint8)
         cv2.circle(m, (int(rng.integers(20, 44)), int(rng.integers(15, 33))), 14, 255, -1)
         cv2.imwrite(str(tmp_path / f"{image.name}.png"), m)
-    xyz = np.concatenate([rng.normal(scale=0.3, size=(5000, 3)), rng.uniform(-3, 3, size=(1000, 3))])
+    xyz = np.concatenate([rng.normal(scale=0.3, size=(300, 3)), rng.uniform(-3, 3, size=(100, 3))])
     cams = cameras_from_model(tmp_path / "sparse")
     cpu = mask_metrics(xyz, cams, tmp_path)
     gpu = mask_metrics(xyz, cams, tmp_path, xp=cupy)
