@@ -35,9 +35,14 @@ def test_run_then_rerun_resumes(tmp_path, capsys):
     for name in ("pair.txt", "patch-match.cfg", "views.json"):
         assert (out / "stereo" / name).is_file()
     views_mtime = (out / "stereo" / "views.json").stat().st_mtime_ns
+    # the same settings resume (the views are kept); other settings redo them (issue 19: no stale outputs)
+    assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
+                 "--set", "views.num_neighbors=3", "--stages", "views"]) == 0
+    assert (out / "stereo" / "views.json").stat().st_mtime_ns == views_mtime
     assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
                  "--stages", "views"]) == 0
-    assert (out / "stereo" / "views.json").stat().st_mtime_ns == views_mtime
+    assert (out / "stereo" / "views.json").stat().st_mtime_ns != views_mtime
+    assert len(json.loads((out / "stereo" / "views.json").read_text())["views"][0]["neighbors"]) == 4  # 10 wanted, 4 exist
 
 
 def test_info_prints_table(tmp_path, capsys):
