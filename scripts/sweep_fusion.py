@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Fusion thresholds chosen by measurement (issue #16 item 2): the depth stage runs once per
+scene, then fusion + evaluation run again for each setting on the same depth maps.
+
+Scenes: the quality suite's synthetic scenes (ETH3D accuracy / completeness / F1 of fused.ply at
+2 cm against exact ground truth) and, with --dtu, DTU scan 24 with its masks in fusion (mask
+precision in all views and in 90 % of views, mask coverage). Settings: one key at a time around
+the defaults, and the combinations that matter (a looser normal angle with more views).
+
+    python scripts/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_e2e import mvs  # noqa: E402 (same folder)
+from bench_quality import SUITES  # noqa: E402
+
+DEFAULTS = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle": 10.0, "min_consistent": 2}
+# Each setting lists only what differs from DEFAULTS; {} is the default itself.
+SETTINGS = [
+    {},
+    {"max_normal_angle": 5.0}, {"max_normal_angle": 20.0}, {"max_normal_angle": 30.0}, {"max_normal_angle": 45.0},
+    {"max_reproj_error": 1.0}, {"max_reproj_error": 4.0},
+    {"max_depth_diff": 0.005}, {"max_depth_diff": 0.02},
+    {"min_consistent": 1}, {"min_consistent": 3}, {"min_consistent": 4},
+    {"max_normal_angle": 30.0, "min_consistent": 1}, {"max_normal_angle": 30.0, "min_consistent": 3},
+    {"max_normal_angle": 30.0, "max_depth_diff": 0.02},
+    {"max_normal_angle": 30.0, "max_reproj_error": 4.0, "max_depth_diff": 0.02},
+]
+# Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
+EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",
+                   "--set", "evaluate.clouds=[fused]"]
+
+
+def label(setting: dict) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in setting.items()) or "defaults"
+
+
+def fusion_args(setting: dict) -> list[str]:
+    out = []
+    for k, v in {**DEFAULTS, **setting}.items():
+        out += ["--set", f"fusion.{k}={v:g}"]
+    return out
+
+
+def synthetic_scores(out: Path) -> dict:
+    eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
+    k = eth["tolerances"].index(0.02)
+    return {"points": eth["num_reconstruction_points"],
+            **{m: round(eth[m][k], 4) for m in ("accuracy", "completeness", "f1")}}
+
+
+def mask_scores(out: Path) -> dict:
+    m = json.loads((out / "eval" / "masks_fused.json").read_text())
+    return {"points": m["points"], "precision_all": round(m["precision_all"], 4),
+            "precision_90": round(m["precision_90"], 4), "coverage": round(m["coverage"], 4)}
+
+
+def sweep_scene(name: str, workspace: Path, out: Path, extra: list[str], scores, settings) -> list[dict]:
+    t = mvs("-q", "run", str(workspace), "-o", str(out), "--overwrite", "--stages", "load,views,depth", *extra)
+    print(f"{name}: depth maps {t:.1f} s", flush=True)
+    rows = []
+    for setting in settings:
+        t = mvs("-q", "run", str(workspace), "-o", str(out), "--stages", "fusion,evaluate", *extra,
+                *fusion_args(setting), *EVAL_ONLY_FUSED)
+        rows.append({"scene": name, "setting": label(setting), "seconds": round(t, 1), **scores(out)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", choices=sorted(SUITES), default="quick")
+    ap.add_argument("--dtu", type=Path, help="DTU scan 24 workspace (images/, sparse/, masks/)")
+    ap.add_argument("--no-synthetic", action="store_true")
+    ap.add_argument("--settings", default="", help="comma-separated indices into SETTINGS (default: all)")
+    ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "sweep_fusion")
+    ap.add_argument("--args", default="", help="extra arguments for every `run`")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    settings = [SETTINGS[int(i)] for i in args.settings.split(",")] if args.settings else SETTINGS
+    extra = args.args.split()
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    for kind, views, width, height, seed in [] if args.no_synthetic else SUITES[args.suite]:
+        name = f"{kind}_{views}x{width}x{height}_s{seed}"
+        scene = args.root / name
+        if not (scene / "sparse").exists():
+            mvs("synth", "--scene", kind, "--out", str(scene), "--views", str(views), "--width", str(width),
+                "--height", str(height), "--seed", str(seed))
+        gt = ["--gt", str(scene / "gt" / "eth3d" / "scan_alignment.mlp")]
+        rows += sweep_scene(name, scene, args.root / f"{name}_out", extra + gt, synthetic_scores, settings)
+    if args.dtu is not None:
+        masks = str((args.dtu / "masks").resolve())
+        dtu_extra = extra + ["--set", f"fusion.mask_dir={masks}", "--set", f"evaluate.mask_dir={masks}"]
+        rows += sweep_scene("dtu_scan24", args.dtu, args.root / "dtu_scan24_out", dtu_extra, mask_scores, settings)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
