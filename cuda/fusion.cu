@@ -97,6 +97,8 @@ extern "C" __global__ void fusion_fuse_reference(
     const float max_depth_diff,    // relative to the neighbour's depth
     const float min_cos_normal,    // cos(max normal angle)
     const int min_consistent,      // neighbours that must agree
+    const float free_space_margin, // relative: X lies in front of neighbour k's surface when z_k(X) < (1 - margin) * depth_k
+    const int max_free_space_violations,  // neighbours X may lie in front of (free-space violations); more drops it
     float* __restrict__ out_xyz,              // [H * W, 3] world
     float* __restrict__ out_normal,           // [H * W, 3] world, unit
     unsigned char* __restrict__ out_color,    // [H * W, 3]
@@ -137,6 +139,7 @@ extern "C" __global__ void fusion_fuse_reference(
     int claim[FUSION_MAX_NEIGHBORS];  // neighbour pixel index per agreeing neighbour
     unsigned int vis = 0u;
     int n = 1;
+    int violations = 0;
     const float max_reproj2 = max_reproj_error * max_reproj_error;
 
     for (int k = 0; k < num_nb; ++k) {
@@ -149,10 +152,13 @@ extern "C" __global__ void fusion_fuse_reference(
         if (!(qu >= 0.0f && qu < (float)w && qv >= 0.0f && qv < (float)h)) continue;  // also rejects NaN
         const int qc = min((int)qu, w - 1), qr = min((int)qv, h - 1);
         const long long q = (long long)qr * w + qc;
-        const unsigned char* blocked = reinterpret_cast<const unsigned char*>(nb_blocked[k]);
-        if (blocked[q] & 1) continue;
         const float dq = reinterpret_cast<const float*>(nb_depth[k])[q];
         if (!fusion_depth_valid(dq)) continue;
+        // Free space: view k saw a surface behind X along its ray, so X would hide it (a floater);
+        // counted on every valid depth, consumed or not, so it does not depend on the view order.
+        if (pz < (1.0f - free_space_margin) * dq) ++violations;
+        const unsigned char* blocked = reinterpret_cast<const unsigned char*>(nb_blocked[k]);
+        if (blocked[q] & 1) continue;
         if (fabsf(pz - dq) > max_depth_diff * dq) continue;
         // Forward-backward check: the neighbour's own 3D point must reproject onto this pixel.
         float qX, qY, qZ;
@@ -183,7 +189,7 @@ extern "C" __global__ void fusion_fuse_reference(
         vis |= 1u << k;
         ++n;
     }
-    if (n - 1 < min_consistent) return;
+    if (n - 1 < min_consistent || violations > max_free_space_violations) return;
 
     float ox, oy, oz, onx, ony, onz;
     unsigned int cr, cg, cb;

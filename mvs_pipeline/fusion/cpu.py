@@ -10,7 +10,9 @@ for every reference pixel p that is not blocked (bit 0) and has a valid depth an
     k agrees when q is not blocked, |z_k(X) - depth_k(q)| <= max_depth_diff * depth_k(q), q's own
     3D point reprojects within max_reproj_error px of p's centre, and the world normals of p and q
     differ by at most the max angle.
-    With >= min_consistent agreeing neighbours the point is emitted: mean or median of the
+    X is in free space of neighbour k when z_k(X) < (1 - free_space_margin) * depth_k(q) for q's valid
+    depth (consumed or not): k saw a surface behind X. With more than max_free_space_violations such
+    neighbours X is a floater and dropped. Otherwise, with >= min_consistent agreeing neighbours the point is emitted: mean or median of the
     observations (positions, world normals renormalised, colours rounded), support = 1 + agreeing,
     vis bit k set per agreeing neighbour; p gets bit 0, every agreeing q gets bit 1 (claimed).
 After the call `commit_claims` turns bit 1 into bit 0 in each neighbour's buffer. No decision
@@ -121,8 +123,8 @@ class SlabPool:
 
 @njit(parallel=True, nogil=True, cache=True)
 def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, blocked_pool, cams,
-               max_reproj_error, max_depth_diff, min_cos_normal, min_consistent, median,
-               out_xyz, out_normal, out_color, out_support, out_vis):
+               max_reproj_error, max_depth_diff, min_cos_normal, min_consistent, free_space_margin,
+               max_free_space_violations, median, out_xyz, out_normal, out_color, out_support, out_vis):
     width = sizes[ref_slot, 0]
     height = sizes[ref_slot, 1]
     num_nb = len(nb_slots)
@@ -156,6 +158,7 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
             obs[8, 0] = color_pool[ref_slot, p, 2]
             vis = 0
             n = 1
+            violations = 0
             for k in range(num_nb):
                 s = nb_slots[k]
                 off = (1 + k) * CAM_STRIDE
@@ -171,10 +174,12 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
                 qc = min(int(qu), w - 1)
                 qr = min(int(qv), h - 1)
                 q = qr * w + qc
-                if blocked_pool[s, q] & BLOCKED:
-                    continue
                 dq = np.float64(depth_pool[s, q])
                 if not _depth_valid(dq):
+                    continue
+                if pz < (1.0 - free_space_margin) * dq:
+                    violations += 1   # k saw a surface behind X: X would hide it
+                if blocked_pool[s, q] & BLOCKED:
                     continue
                 if abs(pz - dq) > max_depth_diff * dq:
                     continue
@@ -204,7 +209,7 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
                 claim[k] = q
                 vis |= 1 << k
                 n += 1
-            if n - 1 < min_consistent:
+            if n - 1 < min_consistent or violations > max_free_space_violations:
                 continue
             for c in range(9):
                 if median:
@@ -239,12 +244,14 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
 
 def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndarray, *, max_reproj_error: float,
                max_depth_diff: float, max_normal_angle: float, min_consistent: int,
-               median: bool) -> dict[str, np.ndarray]:
+               median: bool, free_space_margin: float = 0.05,
+               max_free_space_violations: int | None = None) -> dict[str, np.ndarray]:
     """Fuse the view in `ref_slot` against the views in `nb_slots` (marks updated in the pool).
 
     cams: [1 + len(nb_slots), CAM_STRIDE] float64 (row 0 = reference). Returns per reference
     pixel: xyz [H*W, 3] float64, normal [H*W, 3] float64, color [H*W, 3] uint8, support [H*W]
     uint8 (0 = no point) and vis [H*W] uint32 (bit k = neighbour k agreed).
+    max_free_space_violations None = no free-space check.
     """
     if len(nb_slots) > MAX_NEIGHBORS:
         raise ValueError(f"nb_slots: {len(nb_slots)} views, at most {MAX_NEIGHBORS} are supported")
@@ -259,11 +266,16 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
            "vis": np.zeros(h * w, np.uint32)}
     _fuse_rows(int(ref_slot), np.asarray(nb_slots, np.int64), pool.sizes, pool.depth, pool.normal, pool.color,
                pool.blocked, cams, float(max_reproj_error), float(max_depth_diff),
-               float(np.cos(np.radians(max_normal_angle))), int(min_consistent), bool(median),
-               out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
+               float(np.cos(np.radians(max_normal_angle))), int(min_consistent), float(free_space_margin),
+               free_space_limit(max_free_space_violations), bool(median), out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
     for s in nb_slots:
         commit_claims(pool.blocked_view(s))
     return out
+
+
+def free_space_limit(max_violations: int | None) -> int:
+    """The kernels' violation limit: None (check off) becomes more violations than neighbours exist."""
+    return MAX_NEIGHBORS + 1 if max_violations is None else int(max_violations)
 
 
 def fuse_reference(ref: dict, neighbors: list[dict], cams: np.ndarray, **thresholds) -> dict[str, np.ndarray]:

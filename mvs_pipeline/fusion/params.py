@@ -21,6 +21,12 @@ class FusionConfig:
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
     min_consistent: int = field(default=2, metadata=meta(
         "neighbours that must agree to keep a point (2 = seen consistently in 3 views)", "views", (1, 32)))
+    max_free_space_violations: int | None = field(default=None, metadata=meta(
+        "drop a point lying in front of the surface that more than this many neighbours saw through it "
+        "(floaters; null = no free-space check)", "views", (0, 32)))
+    free_space_margin: float = field(default=0.05, metadata=meta(
+        "a point is in front of a neighbour's surface when its depth there is below (1 - margin) * that "
+        "neighbour's depth", "fraction", (0.0, 1.0)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -48,9 +48,10 @@ def to_gpu(cp, view):
     return {k: cp.asarray(v) for k, v in view.items()}
 
 
+@pytest.mark.parametrize("free_space", [None, 0])
 @pytest.mark.parametrize("median", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_kernel_matches_cpu_twin(cupy, median, seed):
+def test_kernel_matches_cpu_twin(cupy, median, seed, free_space):
     from mvs_pipeline.fusion.cuda import allocate_outputs, fuse_reference_cuda
 
     cp = cupy
@@ -64,9 +65,15 @@ def test_kernel_matches_cpu_twin(cupy, median, seed):
     out["support"].fill(0xFF)
     out["vis"].fill(0xFFFFFFFF)
     out["color"].fill(0xFF)
-    got = fuse_reference_cuda(gpu_views[0], gpu_views[1:], cams, median=median, out=out, **THRESHOLDS)
+    # free_space 0: the 5 % random depths (0.5-6 m) put many pixels in front of a neighbour's plane
+    thresholds = dict(THRESHOLDS, max_free_space_violations=free_space, free_space_margin=0.05)
+    got = fuse_reference_cuda(gpu_views[0], gpu_views[1:], cams, median=median, out=out, **thresholds)
     cp.cuda.runtime.deviceSynchronize()
-    want = fuse_reference(cpu_views[0], cpu_views[1:], cams, median=median, **THRESHOLDS)
+    want = fuse_reference(cpu_views[0], cpu_views[1:], cams, median=median, **thresholds)
+    if free_space is not None:   # the check acted: fewer points than without it, on both backends
+        fresh = [{k: v.copy() for k, v in view.items()} for view in views]
+        unchecked = fuse_reference(fresh[0], fresh[1:], cams, median=median, **THRESHOLDS)
+        assert (want["support"] > 0).sum() < (unchecked["support"] > 0).sum()
     g = {k: v.get() for k, v in got.items()}
     assert (g["support"] != 0xFF).all() and (g["support"] <= 4).all()
     emitted = g["support"] > 0
