@@ -5,7 +5,8 @@ scene, then fusion + evaluation run again for each setting on the same depth map
 Scenes: the quality suite's synthetic scenes (ETH3D accuracy / completeness / F1 of fused.ply at
 2 cm against exact ground truth) and, with --dtu, DTU scan 24 with its masks in fusion (mask
 precision in all views and in 90 % of views, mask coverage). Settings: one key at a time around
-the defaults, and the combinations that matter (a looser normal angle with more views).
+the defaults, the combinations that matter (a looser normal angle with more views), and the
+free-space check against floaters (off by default).
 
     python scripts/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
 """
@@ -34,6 +35,8 @@ SETTINGS = [
     {"max_normal_angle": 30.0, "min_consistent": 1}, {"max_normal_angle": 30.0, "min_consistent": 3},
     {"max_normal_angle": 30.0, "max_depth_diff": 0.02},
     {"max_normal_angle": 30.0, "max_reproj_error": 4.0, "max_depth_diff": 0.02},
+    {"max_free_space_violations": 0}, {"max_free_space_violations": 1}, {"max_free_space_violations": 2},
+    {"max_free_space_violations": 1, "max_normal_angle": 30.0, "min_consistent": 1},
 ]
 # Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
 EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",
