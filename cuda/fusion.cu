@@ -99,6 +99,7 @@ extern "C" __global__ void fusion_fuse_reference(
     const int min_consistent,      // neighbours that must agree
     const float free_space_margin, // relative: X lies in front of neighbour k's surface when z_k(X) < (1 - margin) * depth_k
     const int max_free_space_violations,  // neighbours X may lie in front of (free-space violations); more drops it
+    const float max_cos_triangulation,    // cos(min triangulation angle): some agreeing ray must be at least that far from the reference ray
     float* __restrict__ out_xyz,              // [H * W, 3] world
     float* __restrict__ out_normal,           // [H * W, 3] world, unit
     unsigned char* __restrict__ out_color,    // [H * W, 3]
@@ -140,6 +141,7 @@ extern "C" __global__ void fusion_fuse_reference(
     unsigned int vis = 0u;
     int n = 1;
     int violations = 0;
+    float min_cos_ray = 1.0f;  // smallest cosine between the reference ray and an agreeing neighbour's ray at X
     const float max_reproj2 = max_reproj_error * max_reproj_error;
 
     for (int k = 0; k < num_nb; ++k) {
@@ -188,8 +190,17 @@ extern "C" __global__ void fusion_fuse_reference(
         claim[k] = (int)q;
         vis |= 1u << k;
         ++n;
+        // Triangulation angle at X between the reference ray and neighbour k's ray (centres are
+        // the translation column of world_from_pixel): far points seen along parallel rays (the
+        // sky at the depth range's far end) agree in every view without being measured.
+        const float ax = X - cam_r[3], ay = Y - cam_r[7], az = Z - cam_r[11];
+        const float bx2 = X - cam[3], by2 = Y - cam[7], bz2 = Z - cam[11];
+        const float cos_ray = (ax * bx2 + ay * by2 + az * bz2) *
+                              rsqrtf((ax * ax + ay * ay + az * az) * (bx2 * bx2 + by2 * by2 + bz2 * bz2));
+        min_cos_ray = fminf(min_cos_ray, cos_ray);
     }
     if (n - 1 < min_consistent || violations > max_free_space_violations) return;
+    if (n > 1 && !(min_cos_ray <= max_cos_triangulation)) return;
 
     float ox, oy, oz, onx, ony, onz;
     unsigned int cr, cg, cb;

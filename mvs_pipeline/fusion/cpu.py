@@ -12,7 +12,9 @@ for every reference pixel p that is not blocked (bit 0) and has a valid depth an
     differ by at most the max angle.
     X is in free space of neighbour k when z_k(X) < (1 - free_space_margin) * depth_k(q) for q's valid
     depth (consumed or not): k saw a surface behind X. With more than max_free_space_violations such
-    neighbours X is a floater and dropped. Otherwise, with >= min_consistent agreeing neighbours the point is emitted: mean or median of the
+    neighbours X is a floater and dropped. So is X when no agreeing neighbour's ray meets the reference
+    ray at X at an angle of min_triangulation_angle or more (the far end of a depth range, e.g. the
+    sky, agrees in every view without parallax). Otherwise, with >= min_consistent agreeing neighbours the point is emitted: mean or median of the
     observations (positions, world normals renormalised, colours rounded), support = 1 + agreeing,
     vis bit k set per agreeing neighbour; p gets bit 0, every agreeing q gets bit 1 (claimed).
 After the call `commit_claims` turns bit 1 into bit 0 in each neighbour's buffer. No decision
@@ -124,7 +126,8 @@ class SlabPool:
 @njit(parallel=True, nogil=True, cache=True)
 def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, blocked_pool, cams,
                max_reproj_error, max_depth_diff, min_cos_normal, min_consistent, free_space_margin,
-               max_free_space_violations, median, out_xyz, out_normal, out_color, out_support, out_vis):
+               max_free_space_violations, max_cos_triangulation, median,
+               out_xyz, out_normal, out_color, out_support, out_vis):
     width = sizes[ref_slot, 0]
     height = sizes[ref_slot, 1]
     num_nb = len(nb_slots)
@@ -159,6 +162,7 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
             vis = 0
             n = 1
             violations = 0
+            min_cos_ray = 1.0
             for k in range(num_nb):
                 s = nb_slots[k]
                 off = (1 + k) * CAM_STRIDE
@@ -209,7 +213,14 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
                 claim[k] = q
                 vis |= 1 << k
                 n += 1
+                ax, ay, az = X - cams[3], Y - cams[7], Z - cams[11]        # reference centre to X
+                bx2, by2, bz2 = X - cams[off + 3], Y - cams[off + 7], Z - cams[off + 11]
+                cos_ray = (ax * bx2 + ay * by2 + az * bz2) / np.sqrt(
+                    (ax * ax + ay * ay + az * az) * (bx2 * bx2 + by2 * by2 + bz2 * bz2))
+                min_cos_ray = min(min_cos_ray, cos_ray)
             if n - 1 < min_consistent or violations > max_free_space_violations:
+                continue
+            if n > 1 and not (min_cos_ray <= max_cos_triangulation):
                 continue
             for c in range(9):
                 if median:
@@ -245,7 +256,8 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
 def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndarray, *, max_reproj_error: float,
                max_depth_diff: float, max_normal_angle: float, min_consistent: int,
                median: bool, free_space_margin: float = 0.05,
-               max_free_space_violations: int | None = None) -> dict[str, np.ndarray]:
+               max_free_space_violations: int | None = None,
+               min_triangulation_angle: float = 0.0) -> dict[str, np.ndarray]:
     """Fuse the view in `ref_slot` against the views in `nb_slots` (marks updated in the pool).
 
     cams: [1 + len(nb_slots), CAM_STRIDE] float64 (row 0 = reference). Returns per reference
@@ -267,7 +279,8 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
     _fuse_rows(int(ref_slot), np.asarray(nb_slots, np.int64), pool.sizes, pool.depth, pool.normal, pool.color,
                pool.blocked, cams, float(max_reproj_error), float(max_depth_diff),
                float(np.cos(np.radians(max_normal_angle))), int(min_consistent), float(free_space_margin),
-               free_space_limit(max_free_space_violations), bool(median), out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
+               free_space_limit(max_free_space_violations), triangulation_limit(min_triangulation_angle),
+               bool(median), out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
     for s in nb_slots:
         commit_claims(pool.blocked_view(s))
     return out
@@ -276,6 +289,12 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
 def free_space_limit(max_violations: int | None) -> int:
     """The kernels' violation limit: None (check off) becomes more violations than neighbours exist."""
     return MAX_NEIGHBORS + 1 if max_violations is None else int(max_violations)
+
+
+def triangulation_limit(min_angle_deg: float) -> float:
+    """The kernels' largest allowed ray cosine; 0 degrees (check off) becomes 2, above any cosine, so
+    rounding of parallel rays (cosine 1 + eps) never drops a point."""
+    return 2.0 if min_angle_deg <= 0 else float(np.cos(np.radians(min_angle_deg)))
 
 
 def fuse_reference(ref: dict, neighbors: list[dict], cams: np.ndarray, **thresholds) -> dict[str, np.ndarray]:

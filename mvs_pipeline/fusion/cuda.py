@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gpu.loader import get_kernel, import_cupy
-from .cpu import CAM_STRIDE, MAX_NEIGHBORS, free_space_limit
+from .cpu import CAM_STRIDE, MAX_NEIGHBORS, free_space_limit, triangulation_limit
 
 BLOCK_2D = (32, 8)  # threads per block of the per-pixel kernel
 BLOCK_1D = 256
@@ -47,7 +47,8 @@ def _check_view(cp, what: str, view: dict) -> tuple[int, int]:
 def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, max_reproj_error: float,
                         max_depth_diff: float, max_normal_angle: float, min_consistent: int,
                         median: bool, free_space_margin: float = 0.05,
-                        max_free_space_violations: int | None = None, out: dict | None = None) -> dict:
+                        max_free_space_violations: int | None = None, min_triangulation_angle: float = 0.0,
+                        out: dict | None = None) -> dict:
     """GPU version of `cpu.fuse_reference` (same arguments; arrays are cupy arrays).
 
     ref / neighbors: dicts of cupy arrays: depth [H, W] float32, normal [H, W, 3] float32,
@@ -66,7 +67,8 @@ def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, m
     if cams.size != (1 + len(neighbors)) * CAM_STRIDE:
         raise ValueError(f"cams: {cams.size} values, expected {(1 + len(neighbors)) * CAM_STRIDE}")
     for name, value in (("max_reproj_error", max_reproj_error), ("max_depth_diff", max_depth_diff),
-                        ("max_normal_angle", max_normal_angle), ("free_space_margin", free_space_margin)):
+                        ("max_normal_angle", max_normal_angle), ("free_space_margin", free_space_margin),
+                        ("min_triangulation_angle", min_triangulation_angle)):
         if not np.isfinite(value) or value < 0:
             raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
     n_pix = h * w
@@ -87,6 +89,7 @@ def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, m
         np.int32(num_nb), np.float32(max_reproj_error), np.float32(max_depth_diff),
         np.float32(np.cos(np.radians(max_normal_angle))), np.int32(min_consistent),
         np.float32(free_space_margin), np.int32(free_space_limit(max_free_space_violations)),
+        np.float32(triangulation_limit(min_triangulation_angle)),
         out["xyz"], out["normal"], out["color"], out["support"], out["vis"]))
     for nb in neighbors:
         commit_claims_cuda(nb["blocked"])

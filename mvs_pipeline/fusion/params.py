@@ -27,6 +27,9 @@ class FusionConfig:
     free_space_margin: float = field(default=0.05, metadata=meta(
         "a point is in front of a neighbour's surface when its depth there is below (1 - margin) * that "
         "neighbour's depth", "fraction", (0.0, 1.0)))
+    min_triangulation_angle: float = field(default=0.0, metadata=meta(
+        "drop a point unless some agreeing neighbour's ray meets the reference ray at this angle or more "
+        "(0 = no check)", "degrees", (0.0, 90.0)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -9,7 +9,9 @@ q, q's own 3D point reprojects within max_reproj_error px of p's centre, and the
 differ by at most max_normal_angle. X is in the free space of neighbour k when k's depth at q (any
 valid depth, consumed or not) lies more than free_space_margin (relative) behind X: k saw a surface
 through X. With more than max_free_space_violations such neighbours X is a floater and dropped
-(null = no check). Otherwise, with at least min_consistent agreeing neighbours, p emits a
+(null = no check). A point is also dropped when no agreeing neighbour's ray meets p's ray at X at
+min_triangulation_angle or more (far points without parallax, such as the sky at the far end of
+the depth range, agree in every view). Otherwise, with at least min_consistent agreeing neighbours, p emits a
 point: the mean (or median) of its own and the agreeing observations (positions, world normals
 renormalised, image colours), with support = 1 + agreeing views. p and every agreeing q are then
 consumed, so later reference views do not emit the same surface again.
@@ -167,7 +169,8 @@ def _thresholds(cfg: FusionConfig) -> dict:
     return {"max_reproj_error": cfg.max_reproj_error, "max_depth_diff": cfg.max_depth_diff,
             "max_normal_angle": cfg.max_normal_angle, "min_consistent": cfg.min_consistent,
             "median": cfg.aggregate == "median", "free_space_margin": cfg.free_space_margin,
-            "max_free_space_violations": cfg.max_free_space_violations}
+            "max_free_space_violations": cfg.max_free_space_violations,
+            "min_triangulation_angle": cfg.min_triangulation_angle}
 
 
 def _available_host_memory() -> int:

@@ -1,6 +1,6 @@
-"""The free-space check of fusion (floaters): a point that a neighbour saw a surface through is
-dropped when more than `max_free_space_violations` neighbours did (CPU backend; the GPU kernel is
-compared with this twin in test_fusion_gpu.py)."""
+"""Fusion's floater filters: a point that a neighbour saw a surface through is dropped when more
+than `max_free_space_violations` neighbours did, and one without `min_triangulation_angle` of
+parallax (CPU backend; the GPU kernel is compared with this twin in test_fusion_gpu.py)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,28 @@ def test_margin_decides_what_is_in_front(tmp_path):
     loose = concat(fuse(scene, sel, tmp_path, max_free_space_violations=0, free_space_margin=0.55), "xyz")
     assert len(strict) == W * H - patch_size()
     assert len(loose) == W * H
+
+
+def test_triangulation_angle(tmp_path):
+    """Neighbours 0.5 m to either side of the reference (view 0), 3 m above the plane: their rays
+    meet view 0's at about 9.3-9.5 degrees, each other's at about 19. Identical poses (no parallax)
+    fail any angle above 0."""
+    from tests.fusion.test_fusion import look_at
+
+    def emitted_by(chunks, view_idx):
+        return sum(len(c.pixel) for c in chunks if c.view_idx == view_idx)
+
+    poses = [look_at((x, 0.0, 3.0), (x, 0.0, 0.0), up=(0.0, -1.0, 0.0)) for x in (0.0, 0.5, -0.5)]
+    root = tmp_path / "baseline"
+    scene, sel, _ = make_scene(root, poses, W, H)
+    unchecked = emitted_by(fuse(scene, sel, root), 0)
+    assert unchecked > 0.6 * W * H
+    assert emitted_by(fuse(scene, sel, root, min_triangulation_angle=8.0), 0) == unchecked
+    wide = fuse(scene, sel, root, min_triangulation_angle=10.0)
+    assert emitted_by(wide, 0) == 0                  # 9.5 degrees at most: too narrow
+    assert emitted_by(wide, 1) > 0.6 * W * H         # views 1 and 2 still triangulate (19 degrees)
+    assert len(concat(fuse(scene, sel, root, min_triangulation_angle=20.0), "pixel")) == 0
+    root = tmp_path / "same"
+    scene, sel, _ = make_scene(root, identical_poses(3), W, H)
+    assert len(concat(fuse(scene, sel, root, min_triangulation_angle=0.0), "pixel")) == W * H
+    assert len(concat(fuse(scene, sel, root, min_triangulation_angle=0.5), "pixel")) == 0
