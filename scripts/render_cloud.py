@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--view", help="image name (default: the middle view by name)")
     ap.add_argument("--width", type=int, default=800, help="px per panel")
     ap.add_argument("-o", "--out", type=Path, required=True)
+    ap.add_argument("--sky-stats", action="store_true", help="print the share of the photo's sky pixels "
+                    "(crudely: blue, B > R + 25 and B > 120) and of its bottom fifth (ground) that each cloud covers")
     args = ap.parse_args(argv)
     K, R, t, w, h, name = camera_of(args.sparse, args.view)
     scale = args.width / w
@@ -80,11 +82,21 @@ def main(argv=None) -> int:
     photo = cv2.imread(str((args.images or args.sparse.parent / "images") / name))
     if photo is not None:
         panels.append(cv2.resize(photo, size, interpolation=cv2.INTER_AREA))
+    sky = ground = None
+    if args.sky_stats and photo is not None:
+        b, r = panels[0][:, :, 0].astype(int), panels[0][:, :, 2].astype(int)
+        sky = (b > r + 25) & (b > 120)
+        ground = np.zeros_like(sky)
+        ground[int(0.8 * len(ground)):] = True
     for path in args.clouds:
         cloud = read_ply(path)
         colors = cloud.colors if cloud.colors is not None else np.full((len(cloud), 3), 200, np.uint8)
         panel = np.ascontiguousarray(splat(cloud.xyz, colors, K, R, t, *size)[:, :, ::-1])  # RGB -> BGR
-        cv2.putText(panel, f"{path.parent.name}/{path.name}: {len(cloud):,} pts", (10, 28),
+        if sky is not None:
+            hit = panel.any(axis=2)
+            print(f"{path}: {len(cloud)} points; covers {hit[sky].mean():.3f} of {sky.sum()} sky px, "
+                  f"{hit[ground].mean():.3f} of the bottom fifth")
+        cv2.putText(panel, f"{path.stem}: {len(cloud):,} pts", (10, 28),
                     cv2.FONT_HERSHEY_SIMPLEX, 0.7, (0, 255, 255), 2)
         panels.append(panel)
     cv2.imwrite(str(args.out), np.concatenate(panels, axis=1))

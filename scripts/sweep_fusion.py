@@ -37,6 +37,12 @@ SETTINGS = [
     {"max_normal_angle": 30.0, "max_reproj_error": 4.0, "max_depth_diff": 0.02},
     {"max_free_space_violations": 0}, {"max_free_space_violations": 1}, {"max_free_space_violations": 2},
     {"max_free_space_violations": 1, "max_normal_angle": 30.0, "min_consistent": 1},
+    {"min_triangulation_angle": 1.0}, {"min_triangulation_angle": 2.0}, {"min_triangulation_angle": 3.0},
+    {"min_triangulation_angle": 5.0},
+    {"min_consistent": 1, "max_normal_angle": 20.0},
+    {"min_consistent": 1, "max_normal_angle": 20.0, "min_triangulation_angle": 2.0},
+    {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0},
+    {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0, "max_free_space_violations": 1},
 ]
 # Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
 EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",
