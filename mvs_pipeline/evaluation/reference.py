@@ -23,13 +23,13 @@ def reference_eth3d(recon_xyz, scans, tolerances, voxel_size=0.01, beam_start=1.
     tan_div = np.tan(np.deg2rad(beam_divergence_deg))
 
     # Completeness: nearest reconstruction point of every GT point.
-    # GT in world coordinates with the official program's float32 arithmetic (Eigen Affine3f * p:
-    # every product and sum rounded to float32, left to right, then + t)
+    # GT in world coordinates with the official program's float32 arithmetic (PCL's SSE
+    # transform: every product and sum rounded to float32, r0 x + (r1 y + (r2 z + t)))
     gt32 = np.zeros((0, 3), np.float32)
     for s in scans:
         m = s.world_from_scan.astype(np.float32)
         p = s.points.astype(np.float32)
-        cols = [((p[:, 0] * m[i, 0] + p[:, 1] * m[i, 1]) + p[:, 2] * m[i, 2]) + m[i, 3] for i in range(3)]
+        cols = [p[:, 0] * m[i, 0] + (p[:, 1] * m[i, 1] + (p[:, 2] * m[i, 2] + m[i, 3])) for i in range(3)]
         gt32 = np.concatenate([gt32, np.stack(cols, axis=1)])
     gt = gt32.astype(np.float64)
     if len(recon) and len(gt):

@@ -151,10 +151,11 @@ def test_missing_mlp(tmp_path):
 
 
 def test_world_points_use_the_official_float32_arithmetic():
-    """GT points go to world coordinates as the official program computes them (Eigen Affine3f *
-    Vector3f: float32, each product and sum rounded, left to right, then + t). Checked against
-    a scalar float32 loop; rounding the float64 result instead differs on some points, which
-    moved points lying on voxel faces into other cells (completeness off by up to 0.025)."""
+    """GT points go to world coordinates as the official program computes them (PCL's SSE
+    transformPointCloud: float32, each product and sum rounded, r0 x + (r1 y + (r2 z + t))).
+    Checked against a scalar float32 loop; rounding the float64 result, or Eigen's left-to-right
+    order, differs on some points, which moves points lying on voxel faces into other cells
+    (completeness off by up to 0.025 and 6e-3)."""
     from mvs_pipeline.evaluation.mlp import Scan  # noqa: PLC0415
 
     rng = np.random.default_rng(4)
@@ -166,7 +167,10 @@ def test_world_points_use_the_official_float32_arithmetic():
     scan = Scan(name="s", path=Path("s.ply"), world_from_scan=m, points=pts)
     got = scan.points_in_world_float32()
     f = np.float32
-    want = np.array([[((f(m[i, 0]) * p[0] + f(m[i, 1]) * p[1]) + f(m[i, 2]) * p[2]) + f(m[i, 3]) for i in range(3)]
+    want = np.array([[f(m[i, 0]) * p[0] + (f(m[i, 1]) * p[1] + (f(m[i, 2]) * p[2] + f(m[i, 3]))) for i in range(3)]
                      for p in pts], dtype=np.float32)
     np.testing.assert_array_equal(got, want)
+    eigen_order = np.array([[((f(m[i, 0]) * p[0] + f(m[i, 1]) * p[1]) + f(m[i, 2]) * p[2]) + f(m[i, 3])
+                             for i in range(3)] for p in pts], dtype=np.float32)
+    assert (eigen_order != got).any()
     assert (scan.points_in_world().astype(np.float32) != got).any()
