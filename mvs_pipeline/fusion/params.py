@@ -17,11 +17,14 @@ class FusionConfig:
         "a neighbour agrees only if its own 3D point reprojects this close to the reference pixel", "px", (0.0, 100.0)))
     max_depth_diff: float = field(default=0.01, metadata=meta(
         "largest |projected depth - neighbour depth| / neighbour depth for agreement", "fraction", (0.0, 1.0)))
-    max_normal_angle: float = field(default=10.0, metadata=meta(
+    # Defaults chosen by scripts/sweep_fusion.py (BENCHMARKS.md, session 6): one agreeing neighbour,
+    # 30 degrees and at most one free-space violation gave the best F1 at 2 cm on every synthetic
+    # scene of the quality suite; DTU scan 24 trades 0.5 pp mask precision for coverage.
+    max_normal_angle: float = field(default=30.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
-    min_consistent: int = field(default=2, metadata=meta(
+    min_consistent: int = field(default=1, metadata=meta(
         "neighbours that must agree to keep a point (2 = seen consistently in 3 views)", "views", (1, 32)))
-    max_free_space_violations: int | None = field(default=None, metadata=meta(
+    max_free_space_violations: int | None = field(default=1, metadata=meta(
         "drop a point lying in front of the surface that more than this many neighbours saw through it "
         "(floaters; null = no free-space check)", "views", (0, 32)))
     free_space_margin: float = field(default=0.05, metadata=meta(

@@ -102,7 +102,7 @@ def test_stage_writes_ply_and_vis(tmp_path):
     cloud = read_ply(ply)
     assert len(cloud) == n and np.abs(cloud.xyz[:, 2]).max() < 1e-5
     support = cloud.extra["support"]
-    assert support.min() >= 3
+    assert support.min() >= 1 + FusionConfig().min_consistent
     o3 = o3d.io.read_point_cloud(str(ply))
     np.testing.assert_allclose(np.asarray(o3.points), cloud.xyz, atol=1e-6)
     assert o3.has_normals() and o3.has_colors()
