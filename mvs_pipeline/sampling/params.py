@@ -9,6 +9,10 @@ from typing import Literal
 
 from ..field_meta import meta
 
+# Defaults chosen by measurement: see the comments at `sampling:` in configs/default.yaml.
+MAX_SAMPLES_DEFAULT: int | None = None
+PRE_POOL_SPACING_DEFAULT: float | None = None
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -18,10 +22,17 @@ class SamplingConfig:
         "points", (1, 2**31 - 1)))
     ratio: float = field(default=0.1, metadata=meta(
         "fraction of the (pooled) fused points kept when num_samples is null", "fraction", (1e-6, 1.0)))
+    max_samples: int | None = field(default=MAX_SAMPLES_DEFAULT, metadata=meta(
+        "cap on ratio * points when num_samples is null (null = no cap); exact FPS costs a few "
+        "microseconds per sample on the GPU, so the cap bounds the stage's time", "points", (1, 2**31 - 1)))
     start_index: int = field(default=0, metadata=meta(
         "index of the first sample in the (pooled) fused cloud", "index", (0, 2**31 - 1)))
     pre_pool_voxel_size: float | None = field(default=None, metadata=meta(
-        "average the fused cloud per voxel of this edge before FPS (null = no pooling)", "m", (1e-6, 1e3)))
+        "average the fused cloud per voxel of this edge before FPS (null = pre_pool_spacing decides)", "m",
+        (1e-6, 1e3)))
+    pre_pool_spacing: float | None = field(default=PRE_POOL_SPACING_DEFAULT, metadata=meta(
+        "when pre_pool_voxel_size is null: voxel edge as a multiple of the cloud's estimated point spacing "
+        "(median nearest-neighbour distance, points/spacing.py); null = no pooling", "spacings", (0.1, 1e3)))
     transfer_attributes: bool = field(default=True, metadata=meta(
         "samples carry the fused normals, colours and extra channels (copied; after pooling interpolated from "
         "the 3 nearest fused points); false = coordinates only"))

@@ -39,16 +39,28 @@ DSM_NAMES = {"dsm": "dsm.tif", "dsm_json": "dsm.json", "ortho": "ortho.png", "hi
 def output_paths(cfg: SamplingConfig, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"samples": out_dir / SAMPLES_NAME}
-    if cfg.pre_pool_voxel_size is None:
+    if not pools(cfg):
         paths["indices"] = out_dir / INDICES_NAME
     if cfg.dsm:
         paths.update({k: out_dir / v for k, v in DSM_NAMES.items()})
     return paths
 
 
+def pools(cfg: SamplingConfig) -> bool:
+    """Whether the stage voxel-averages the cloud before FPS (then it writes no index file)."""
+    return cfg.pre_pool_voxel_size is not None or cfg.pre_pool_spacing is not None
+
+
 def resolve_num_samples(cfg: SamplingConfig, num_points: int) -> int:
-    """The number of samples for a cloud of `num_points` (at least 1, at most num_points)."""
-    wanted = cfg.num_samples if cfg.num_samples is not None else max(1, int(round(cfg.ratio * num_points)))
+    """The number of samples for a cloud of `num_points` (at least 1, at most num_points):
+    num_samples, or else ratio * num_points capped at max_samples."""
+    wanted = cfg.num_samples
+    if wanted is None:
+        wanted = max(1, int(round(cfg.ratio * num_points)))
+        if cfg.max_samples is not None and wanted > cfg.max_samples:
+            log.info("sampling: ratio %.3g of %d points capped at max_samples = %d", cfg.ratio, num_points,
+                     cfg.max_samples)
+            wanted = cfg.max_samples
     if wanted > num_points:
         log.warning("sampling.num_samples = %d exceeds the %d points of the cloud; keeping all of them (FPS order)",
                     wanted, num_points)
@@ -68,12 +80,19 @@ def _sample(cfg: SamplingConfig, cloud: PointCloud, backend: str) -> tuple[Point
 
     info: dict = {"input_points": len(cloud)}
     source = cloud
-    if cfg.pre_pool_voxel_size is not None:
+    if pools(cfg):
         from .points.voxel_pool.ops import voxel_downsample  # noqa: PLC0415
 
         t0 = time.perf_counter()
-        source = voxel_downsample(cloud, cfg.pre_pool_voxel_size, backend=backend)
-        info.update(pooled_points=len(source), pooling_seconds=time.perf_counter() - t0)
+        voxel = cfg.pre_pool_voxel_size
+        if voxel is None:
+            from .points.spacing import estimate_spacing  # noqa: PLC0415
+
+            info["point_spacing"] = estimate_spacing(cloud.xyz)
+            voxel = cfg.pre_pool_spacing * info["point_spacing"]
+            log.info("sampling: point spacing %.4g m; pre-pooling in voxels of %.4g m", info["point_spacing"], voxel)
+        source = voxel_downsample(cloud, voxel, backend=backend)
+        info.update(pooled_points=len(source), pool_voxel_size=voxel, pooling_seconds=time.perf_counter() - t0)
     m = resolve_num_samples(cfg, len(source))
     if cfg.start_index >= len(source):
         raise MVSError(f"sampling.start_index = {cfg.start_index} is out of range for {len(source)} points")

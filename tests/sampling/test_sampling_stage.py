@@ -192,3 +192,43 @@ def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
             from mvs_pipeline.sampling.points.dsm import read_dsm
 
             np.testing.assert_array_equal(read_dsm(gpu["dsm"]), read_dsm(cpu["dsm"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sample cap and pre-pooling at the cloud's own spacing
+# ---------------------------------------------------------------------------------------------
+
+def test_sample_cap_bounds_ratio_only():
+    cfg = SamplingConfig(ratio=0.5, max_samples=300, pre_pool_spacing=None)
+    assert sampling.resolve_num_samples(cfg, 4000) == 300       # 2000 wanted, capped
+    assert sampling.resolve_num_samples(cfg, 400) == 200        # under the cap: the ratio
+    assert sampling.resolve_num_samples(dataclasses.replace(cfg, max_samples=None), 4000) == 2000
+    assert sampling.resolve_num_samples(dataclasses.replace(cfg, num_samples=1000), 4000) == 1000  # explicit wins
+
+
+def test_stage_cap_keeps_the_exact_fps_prefix(fused, tmp_path):
+    path, cloud = fused
+    cfg = SamplingConfig(ratio=0.5, max_samples=250, pre_pool_voxel_size=None, pre_pool_spacing=None, start_index=3)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "cap", backend="cpu")
+    np.testing.assert_array_equal(np.load(paths["indices"]), fps_reference(cloud.xyz, 250, 3)[0])
+    assert len(read_ply(paths["samples"])) == 250
+
+
+def test_stage_pools_at_a_multiple_of_the_point_spacing(fused, tmp_path):
+    from mvs_pipeline.sampling.points.spacing import estimate_spacing
+    from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
+
+    path, cloud = fused
+    cfg = SamplingConfig(ratio=0.25, max_samples=None, pre_pool_voxel_size=None, pre_pool_spacing=3.0)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "sp", backend="cpu")
+    assert "indices" not in paths
+    pooled = voxel_downsample(cloud, 3.0 * estimate_spacing(cloud.xyz), backend="cpu")
+    assert len(pooled) < 0.7 * len(cloud)  # the spacing is the fused points', so pooling merges some
+    got = read_ply(paths["samples"])
+    assert len(got) == round(0.25 * len(pooled))
+    order = fps_reference(pooled.xyz, len(got), 0)[0]
+    np.testing.assert_array_equal(got.xyz, pooled.xyz[order])
+    # an explicit voxel size wins over the spacing multiple
+    fixed = sampling.sample_fused_cloud(dataclasses.replace(cfg, pre_pool_voxel_size=0.2), path, tmp_path / "fx",
+                                        backend="cpu")
+    assert len(read_ply(fixed["samples"])) == round(0.25 * len(voxel_downsample(cloud, 0.2, backend="cpu")))
