@@ -38,7 +38,8 @@ from mvs_pipeline.sampling.stage import sample_fused_cloud  # noqa: E402
 
 SETTINGS = {
     "default": {},
-    "exact": {"ratio": 0.1, "max_samples": None, "pre_pool_voxel_size": None, "pre_pool_spacing": None},
+    "exact": {"ratio": 0.1, "max_samples": None, "pre_pool_voxel_size": None, "pre_pool_spacing": None,
+              "keep_unsampled": False},
 }
 
 
