@@ -31,7 +31,7 @@ class SamplingConfig:
     pre_pool_voxel_size: float | None = field(default=None, metadata=meta(
         "average the fused cloud per voxel of this edge before FPS (null = pre_pool_spacing decides)", "m",
         (1e-6, 1e3)))
-    pre_pool_spacing: float | None = field(default=3.0, metadata=meta(
+    pre_pool_spacing: float | None = field(default=2.0, metadata=meta(
         "when pre_pool_voxel_size is null: voxel edge as a multiple of the cloud's estimated point spacing "
         "(median nearest-neighbour distance, points/spacing.py); null = no pooling", "spacings", (0.1, 1e3)))
     transfer_attributes: bool = field(default=True, metadata=meta(

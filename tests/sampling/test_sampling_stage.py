@@ -270,18 +270,18 @@ def test_stage_keeps_unsampled_points_after_the_fps_prefix(fused, tmp_path):
 
 
 def test_default_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
-    """The default: pool at 3x the estimated spacing, FPS orders min(ratio * pooled, max_samples)
+    """The default: pool at 2x the estimated spacing, FPS orders min(ratio * pooled, max_samples)
     points first, every pooled point is written once."""
     from mvs_pipeline.sampling.points.spacing import estimate_spacing
     from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
 
     path, cloud = fused
     cfg = SamplingConfig()
-    assert (cfg.pre_pool_spacing, cfg.keep_unsampled, cfg.max_samples) == (3.0, True, 200_000)
+    assert (cfg.pre_pool_spacing, cfg.keep_unsampled, cfg.max_samples) == (2.0, True, 200_000)
     paths = sampling.sample_fused_cloud(dataclasses.replace(cfg, max_samples=40), path, tmp_path / "d", backend="cpu")
     assert set(paths) == {"samples"}
     got = read_ply(paths["samples"])
-    pooled = voxel_downsample(cloud, 3.0 * estimate_spacing(cloud.xyz), backend="cpu")
+    pooled = voxel_downsample(cloud, 2.0 * estimate_spacing(cloud.xyz), backend="cpu")
     assert len(got) == len(pooled) and 40 < 0.1 * len(pooled)
     order = fps_reference(pooled.xyz, 40, 0)[0]
     np.testing.assert_array_equal(got.xyz[:40], pooled.xyz[order])
