@@ -19,8 +19,11 @@ from mvs_pipeline.depth import stage as depth_stage
 from mvs_pipeline.io.ply import read_ply
 from mvs_pipeline.scene.workspace import read_scene
 
+# Exact FPS of ratio * fused points, samples only (not the default pooled cloud with an FPS
+# prefix): the tests below count samples by the ratio and read fused_fps_indices.npy.
 FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set",
-        "depth.geometric_passes=0", "--set", "depth.multi_scale=false"]
+        "depth.geometric_passes=0", "--set", "depth.multi_scale=false", "--set", "sampling.pre_pool_spacing=null",
+        "--set", "sampling.max_samples=null", "--set", "sampling.keep_unsampled=false"]
 STAGES = ["--stages", "load,views,depth,fusion,sampling"]
 RUN_FILES = {"run.json", "config.resolved.yaml"}  # rewritten by every run by design
 

@@ -1,17 +1,21 @@
-"""The `sampling` stage: exact farthest point sampling of the fused cloud, optional DSM.
+"""The `sampling` stage: a lighter copy of the fused cloud whose first points are an exact
+farthest point sample; optional DSM.
 
 Inputs: OUT/fused.ply. Outputs (settings in `SamplingConfig`):
-    OUT/fused_fps.ply          the samples in selection order, same PLY layout as fused.ply
+    OUT/fused_fps.ply          the FPS samples in selection order, then (keep_unsampled) the other
+                               (pooled) points in their order; same PLY layout as fused.ply
                                (xyz, normals, colours, extra channels such as `support`) when
                                transfer_attributes is on, xyz only otherwise
-    OUT/fused_fps_indices.npy  [M] int64 indices of the samples in fused.ply (without pooling)
+    OUT/fused_fps_indices.npy  [K] int64 indices of those points in fused.ply (without pooling)
     OUT/dsm.tif, dsm.json, ortho.png, dsm_hillshade.png   with dsm: true (points/dsm.py)
 
-Steps: optional voxel pre-pooling (mean position/normal/colour per voxel, points/voxel_pool/),
-FPS (points/fps/) of num_samples points (or ratio * points; more than the cloud has keeps all of
-them, with a warning), attribute transfer (copies from fused.ply, or after pooling an
-inverse-distance interpolation from the 3 nearest fused points, points/three_nn/). The DSM
-rasterises the full fused cloud. Each part is skipped when its outputs exist, unless
+Steps: optional voxel pre-pooling (mean position/normal/colour per voxel, points/voxel_pool/; the
+voxel is pre_pool_voxel_size, or pre_pool_spacing times the cloud's estimated point spacing,
+points/spacing.py), FPS (points/fps/) of num_samples points (or ratio * points capped at
+max_samples; more than the cloud has keeps all of them, with a warning), attribute transfer
+(copies from fused.ply, or after pooling an inverse-distance interpolation from the 3 nearest
+fused points, points/three_nn/). Why the defaults pool and cap: configs/default.yaml, `sampling:`.
+The DSM rasterises the full fused cloud. Each part is skipped when its outputs exist, unless
 `overwrite`; every file is written atomically.
 """
 
@@ -39,21 +43,40 @@ DSM_NAMES = {"dsm": "dsm.tif", "dsm_json": "dsm.json", "ortho": "ortho.png", "hi
 def output_paths(cfg: SamplingConfig, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"samples": out_dir / SAMPLES_NAME}
-    if cfg.pre_pool_voxel_size is None:
+    if not pools(cfg):
         paths["indices"] = out_dir / INDICES_NAME
     if cfg.dsm:
         paths.update({k: out_dir / v for k, v in DSM_NAMES.items()})
     return paths
 
 
+def pools(cfg: SamplingConfig) -> bool:
+    """Whether the stage voxel-averages the cloud before FPS (then it writes no index file)."""
+    return cfg.pre_pool_voxel_size is not None or cfg.pre_pool_spacing is not None
+
+
 def resolve_num_samples(cfg: SamplingConfig, num_points: int) -> int:
-    """The number of samples for a cloud of `num_points` (at least 1, at most num_points)."""
-    wanted = cfg.num_samples if cfg.num_samples is not None else max(1, int(round(cfg.ratio * num_points)))
+    """The number of samples for a cloud of `num_points` (at least 1, at most num_points):
+    num_samples, or else ratio * num_points capped at max_samples."""
+    wanted = cfg.num_samples
+    if wanted is None:
+        wanted = max(1, int(round(cfg.ratio * num_points)))
+        if cfg.max_samples is not None and wanted > cfg.max_samples:
+            log.info("sampling: ratio %.3g of %d points capped at max_samples = %d", cfg.ratio, num_points,
+                     cfg.max_samples)
+            wanted = cfg.max_samples
     if wanted > num_points:
         log.warning("sampling.num_samples = %d exceeds the %d points of the cloud; keeping all of them (FPS order)",
                     wanted, num_points)
         return num_points
     return wanted
+
+
+def with_unsampled(samples: np.ndarray, num_points: int) -> np.ndarray:
+    """samples [M] int64 followed by the other indices of range(num_points), increasing."""
+    rest = np.ones(num_points, dtype=bool)
+    rest[samples] = False
+    return np.concatenate([samples, np.flatnonzero(rest)])
 
 
 def subset(cloud: PointCloud, indices: np.ndarray) -> PointCloud:
@@ -68,27 +91,42 @@ def _sample(cfg: SamplingConfig, cloud: PointCloud, backend: str) -> tuple[Point
 
     info: dict = {"input_points": len(cloud)}
     source = cloud
-    if cfg.pre_pool_voxel_size is not None:
+    if pools(cfg):
         from .points.voxel_pool.ops import voxel_downsample  # noqa: PLC0415
 
         t0 = time.perf_counter()
-        source = voxel_downsample(cloud, cfg.pre_pool_voxel_size, backend=backend)
-        info.update(pooled_points=len(source), pooling_seconds=time.perf_counter() - t0)
+        voxel = cfg.pre_pool_voxel_size
+        if voxel is None:
+            from .points.spacing import estimate_spacing  # noqa: PLC0415
+
+            info["point_spacing"] = estimate_spacing(cloud.xyz)
+            voxel = cfg.pre_pool_spacing * info["point_spacing"]
+            log.info("sampling: point spacing %.4g m; pre-pooling in voxels of %.4g m", info["point_spacing"], voxel)
+        if voxel > 0:
+            source = voxel_downsample(cloud, voxel, backend=backend)
+        else:  # most points have an exact duplicate: no spacing to pool at
+            log.warning("sampling: the fused cloud's median point spacing is 0; FPS without pre-pooling")
+        info.update(pooled_points=len(source), pool_voxel_size=voxel, pooling_seconds=time.perf_counter() - t0)
     m = resolve_num_samples(cfg, len(source))
     if cfg.start_index >= len(source):
         raise MVSError(f"sampling.start_index = {cfg.start_index} is out of range for {len(source)} points")
     t0 = time.perf_counter()
     indices = farthest_point_sampling(source.xyz, m, cfg.start_index, backend=backend)
     info.update(num_samples=m, fps_seconds=time.perf_counter() - t0)
+    if cfg.keep_unsampled:
+        indices = with_unsampled(np.asarray(indices, dtype=np.int64), len(source))
+    t0 = time.perf_counter()
     if not cfg.transfer_attributes:
-        return PointCloud(xyz=source.xyz[indices]), (indices if source is cloud else None), info
-    if source is cloud:
-        return subset(cloud, indices), indices, info
-    from .points.three_nn.ops import interpolate_attributes  # noqa: PLC0415
+        sampled = PointCloud(xyz=source.xyz[indices])
+    elif source is cloud:
+        sampled = subset(cloud, indices)
+    else:
+        from .points.three_nn.ops import interpolate_attributes  # noqa: PLC0415
 
-    sampled = interpolate_attributes(cloud, source.xyz[indices], backend=backend)
-    sampled.extra["voxel_count"] = source.extra["voxel_count"][indices]
-    return sampled, None, info
+        sampled = interpolate_attributes(cloud, source.xyz[indices], backend=backend)
+        sampled.extra["voxel_count"] = source.extra["voxel_count"][indices]
+    info["transfer_seconds"] = time.perf_counter() - t0
+    return sampled, (indices if source is cloud else None), info
 
 
 def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = False,
@@ -114,18 +152,24 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
         # Warn about a missing GPU once, not in every step; `auto` stays so that a cloud too big
         # for the GPU still falls back to the CPU instead of failing.
         backend = "cpu" if resolve_backend("auto") == "cpu" else "auto"
+    t_read = time.perf_counter()
     cloud = read_ply(fused_ply)
+    t_read = time.perf_counter() - t_read
     if len(cloud) == 0:
         raise MVSError(f"{fused_ply}: the fused cloud has no points; nothing to sample")
     if do_samples:
         sampled, indices, info = _sample(cfg, cloud, backend)
+        t_write = time.perf_counter()
         write_ply(paths["samples"], sampled)
         write_cloud_preview(paths["samples"])  # what the report draws, so it never reads the whole cloud
         if "indices" in paths and indices is not None:
             with atomic_path(paths["indices"]) as tmp:
                 np.save(tmp, np.asarray(indices, dtype=np.int64))
-        log.info("sampling: %d of %d points -> %s (FPS %.2f s)", info["num_samples"],
-                 info.get("pooled_points", info["input_points"]), paths["samples"], info["fps_seconds"])
+        log.info("sampling: %d FPS samples of %d points, %d written -> %s (seconds: read %.2f, pool %.2f, "
+                 "FPS %.2f, attributes %.2f, write %.2f)", info["num_samples"],
+                 info.get("pooled_points", info["input_points"]), len(sampled), paths["samples"], t_read,
+                 info.get("pooling_seconds", 0.0), info["fps_seconds"], info["transfer_seconds"],
+                 time.perf_counter() - t_write)
     if do_dsm:
         from .points.dsm import compute_dsm, write_dsm  # noqa: PLC0415
 

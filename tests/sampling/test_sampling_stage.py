@@ -19,6 +19,12 @@ from mvs_pipeline.sampling.params import SamplingConfig
 from mvs_pipeline.sampling.points.fps.cpu import fps_reference
 
 
+def exact_fps(**kw) -> SamplingConfig:
+    """The stage as it was before the scalable default: exact FPS of all fused points, only the
+    samples written, no cap (what the tests of FPS order, indices and attributes check)."""
+    return SamplingConfig(**{"pre_pool_spacing": None, "max_samples": None, "keep_unsampled": False, **kw})
+
+
 def fused_cloud(n: int = 4000, seed: int = 0) -> PointCloud:
     """A fused.ply look-alike: a wavy surface with normals, colours and a uchar support channel."""
     rng = np.random.default_rng(seed)
@@ -48,7 +54,7 @@ def ply_layout(path):
 def test_stage_samples_in_fps_order_with_same_layout(fused, tmp_path):
     path, cloud = fused
     out = tmp_path / "out"
-    paths = sampling.sample_fused_cloud(SamplingConfig(num_samples=300, start_index=5), path, out, backend="cpu")
+    paths = sampling.sample_fused_cloud(exact_fps(num_samples=300, start_index=5), path, out, backend="cpu")
     assert set(paths) == {"samples", "indices"}
     assert ply_layout(paths["samples"]) == ply_layout(path)
     ref = fps_reference(cloud.xyz, 300, 5)[0]
@@ -63,7 +69,7 @@ def test_stage_samples_in_fps_order_with_same_layout(fused, tmp_path):
 def test_stage_skips_and_overwrites(fused, tmp_path):
     path, _ = fused
     out = tmp_path / "out"
-    cfg = SamplingConfig(ratio=0.05)
+    cfg = exact_fps(ratio=0.05)
     paths = sampling.sample_fused_cloud(cfg, path, out, backend="cpu")
     assert len(read_ply(paths["samples"])) == 200
     stamp = paths["samples"].stat().st_mtime_ns
@@ -76,7 +82,7 @@ def test_stage_skips_and_overwrites(fused, tmp_path):
 def test_stage_more_samples_than_points_keeps_all(fused, tmp_path, caplog):
     path, cloud = fused
     with caplog.at_level(logging.WARNING):
-        paths = sampling.sample_fused_cloud(SamplingConfig(num_samples=10**6), path, tmp_path / "o", backend="cpu")
+        paths = sampling.sample_fused_cloud(exact_fps(num_samples=10**6), path, tmp_path / "o", backend="cpu")
     assert "keeping all" in caplog.text
     idx = np.load(paths["indices"])
     np.testing.assert_array_equal(np.sort(idx), np.arange(len(cloud)))
@@ -84,7 +90,7 @@ def test_stage_more_samples_than_points_keeps_all(fused, tmp_path, caplog):
 
 def test_stage_pre_pooling_and_attribute_transfer(fused, tmp_path):
     path, cloud = fused
-    cfg = SamplingConfig(num_samples=150, pre_pool_voxel_size=0.2)
+    cfg = exact_fps(num_samples=150, pre_pool_voxel_size=0.2)
     paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "pooled", backend="cpu")
     assert "indices" not in paths
     got = read_ply(paths["samples"])
@@ -105,7 +111,7 @@ def test_stage_pre_pooling_and_attribute_transfer(fused, tmp_path):
 
 def test_stage_dsm_outputs(fused, tmp_path):
     path, _ = fused
-    cfg = SamplingConfig(num_samples=100, dsm=True, dsm_cell_size=0.1)
+    cfg = exact_fps(num_samples=100, dsm=True, dsm_cell_size=0.1)
     paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "d", backend="cpu")
     assert {"dsm", "dsm_json", "ortho", "hillshade"} <= set(paths)
     meta = json.loads(paths["dsm_json"].read_text())
@@ -114,7 +120,8 @@ def test_stage_dsm_outputs(fused, tmp_path):
 
 def test_stage_accepts_pipeline_config(fused, tmp_path):
     path, _ = fused
-    cfg = load_config(None, ["backend=cpu", "sampling.num_samples=50"])
+    cfg = load_config(None, ["backend=cpu", "sampling.num_samples=50", "sampling.keep_unsampled=false",
+                             "sampling.pre_pool_spacing=null"])
     paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "p")
     assert len(read_ply(paths["samples"])) == 50
 
@@ -123,15 +130,15 @@ def test_stage_bad_input(tmp_path, fused):
     empty = tmp_path / "empty.ply"
     write_ply(empty, PointCloud(xyz=np.zeros((0, 3), np.float32)))
     with pytest.raises(MVSError, match="no points"):
-        sampling.sample_fused_cloud(SamplingConfig(), empty, tmp_path / "e", backend="cpu")
+        sampling.sample_fused_cloud(exact_fps(), empty, tmp_path / "e", backend="cpu")
     with pytest.raises(MVSError, match="start_index"):
-        sampling.sample_fused_cloud(SamplingConfig(start_index=4000), fused[0], tmp_path / "s", backend="cpu")
+        sampling.sample_fused_cloud(exact_fps(start_index=4000), fused[0], tmp_path / "s", backend="cpu")
     bad = tmp_path / "nan.ply"
     xyz = np.zeros((5, 3), np.float32)
     xyz[2, 1] = np.nan
     write_ply(bad, PointCloud(xyz=xyz))
     with pytest.raises(MVSError, match="NaN"):
-        sampling.sample_fused_cloud(SamplingConfig(num_samples=2), bad, tmp_path / "n", backend="cpu")
+        sampling.sample_fused_cloud(exact_fps(num_samples=2), bad, tmp_path / "n", backend="cpu")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +184,9 @@ def test_cli_interpolate_voxelize_dsm(fused, tmp_path):
 @pytest.mark.gpu
 def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
     path, _ = fused
-    for cfg in (SamplingConfig(num_samples=700, dsm=True, dsm_cell_size=0.1),
-                SamplingConfig(num_samples=300, pre_pool_voxel_size=0.1)):
+    for cfg in (exact_fps(num_samples=700, dsm=True, dsm_cell_size=0.1),
+                exact_fps(num_samples=300, pre_pool_voxel_size=0.1),
+                SamplingConfig(ratio=0.5, max_samples=200, pre_pool_spacing=3.0, keep_unsampled=True)):
         gpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "gpu", overwrite=True, backend="cuda")
         cpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "cpu", overwrite=True, backend="cpu")
         assert set(gpu) == set(cpu)
@@ -192,3 +200,89 @@ def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
             from mvs_pipeline.sampling.points.dsm import read_dsm
 
             np.testing.assert_array_equal(read_dsm(gpu["dsm"]), read_dsm(cpu["dsm"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sample cap and pre-pooling at the cloud's own spacing
+# ---------------------------------------------------------------------------------------------
+
+def test_sample_cap_bounds_ratio_only():
+    cfg = SamplingConfig(ratio=0.5, max_samples=300, pre_pool_spacing=None)
+    assert sampling.resolve_num_samples(cfg, 4000) == 300       # 2000 wanted, capped
+    assert sampling.resolve_num_samples(cfg, 400) == 200        # under the cap: the ratio
+    assert sampling.resolve_num_samples(dataclasses.replace(cfg, max_samples=None), 4000) == 2000
+    assert sampling.resolve_num_samples(dataclasses.replace(cfg, num_samples=1000), 4000) == 1000  # explicit wins
+
+
+def test_stage_cap_keeps_the_exact_fps_prefix(fused, tmp_path):
+    path, cloud = fused
+    cfg = SamplingConfig(ratio=0.5, max_samples=250, pre_pool_voxel_size=None, pre_pool_spacing=None, start_index=3,
+                         keep_unsampled=False)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "cap", backend="cpu")
+    np.testing.assert_array_equal(np.load(paths["indices"]), fps_reference(cloud.xyz, 250, 3)[0])
+    assert len(read_ply(paths["samples"])) == 250
+
+
+def test_stage_pools_at_a_multiple_of_the_point_spacing(fused, tmp_path):
+    from mvs_pipeline.sampling.points.spacing import estimate_spacing
+    from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
+
+    path, cloud = fused
+    cfg = SamplingConfig(ratio=0.25, max_samples=None, pre_pool_voxel_size=None, pre_pool_spacing=3.0,
+                         keep_unsampled=False)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "sp", backend="cpu")
+    assert "indices" not in paths
+    pooled = voxel_downsample(cloud, 3.0 * estimate_spacing(cloud.xyz), backend="cpu")
+    assert len(pooled) < 0.7 * len(cloud)  # the spacing is the fused points', so pooling merges some
+    got = read_ply(paths["samples"])
+    assert len(got) == round(0.25 * len(pooled))
+    order = fps_reference(pooled.xyz, len(got), 0)[0]
+    np.testing.assert_array_equal(got.xyz, pooled.xyz[order])
+    # an explicit voxel size wins over the spacing multiple
+    fixed = sampling.sample_fused_cloud(dataclasses.replace(cfg, pre_pool_voxel_size=0.2), path, tmp_path / "fx",
+                                        backend="cpu")
+    assert len(read_ply(fixed["samples"])) == round(0.25 * len(voxel_downsample(cloud, 0.2, backend="cpu")))
+
+
+def test_stage_keeps_unsampled_points_after_the_fps_prefix(fused, tmp_path):
+    path, cloud = fused
+    cfg = SamplingConfig(ratio=0.5, max_samples=100, keep_unsampled=True, pre_pool_voxel_size=None,
+                         pre_pool_spacing=None, start_index=7)
+    paths = sampling.sample_fused_cloud(cfg, path, tmp_path / "ku", backend="cpu")
+    idx = np.load(paths["indices"])
+    ref = fps_reference(cloud.xyz, 100, 7)[0]
+    np.testing.assert_array_equal(idx[:100], ref)
+    rest = np.setdiff1d(np.arange(len(cloud)), ref)
+    np.testing.assert_array_equal(idx[100:], rest)  # the others, in fused.ply's order
+    got = read_ply(paths["samples"])
+    np.testing.assert_array_equal(got.xyz, cloud.xyz[idx])
+    np.testing.assert_array_equal(got.extra["support"], cloud.extra["support"][idx])
+    # pooled: the file holds every voxel once, the FPS prefix first
+    from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
+
+    pooled_cfg = dataclasses.replace(cfg, pre_pool_voxel_size=0.15)
+    got = read_ply(sampling.sample_fused_cloud(pooled_cfg, path, tmp_path / "kp", backend="cpu")["samples"])
+    pooled = voxel_downsample(cloud, 0.15, backend="cpu")
+    order = fps_reference(pooled.xyz, 100, 7)[0]
+    np.testing.assert_array_equal(got.xyz[:100], pooled.xyz[order])
+    np.testing.assert_array_equal(got.xyz[100:], np.delete(pooled.xyz, order, axis=0))
+    np.testing.assert_array_equal(np.sort(got.extra["voxel_count"]), np.sort(pooled.extra["voxel_count"]))
+
+
+def test_default_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
+    """The default: pool at 2x the estimated spacing, FPS orders min(ratio * pooled, max_samples)
+    points first, every pooled point is written once."""
+    from mvs_pipeline.sampling.points.spacing import estimate_spacing
+    from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
+
+    path, cloud = fused
+    cfg = SamplingConfig()
+    assert (cfg.pre_pool_spacing, cfg.keep_unsampled, cfg.max_samples) == (2.0, True, 200_000)
+    paths = sampling.sample_fused_cloud(dataclasses.replace(cfg, max_samples=40), path, tmp_path / "d", backend="cpu")
+    assert set(paths) == {"samples"}
+    got = read_ply(paths["samples"])
+    pooled = voxel_downsample(cloud, 2.0 * estimate_spacing(cloud.xyz), backend="cpu")
+    assert len(got) == len(pooled) and 40 < 0.1 * len(pooled)
+    order = fps_reference(pooled.xyz, 40, 0)[0]
+    np.testing.assert_array_equal(got.xyz[:40], pooled.xyz[order])
+    np.testing.assert_array_equal(np.sort(got.xyz.view("V12").ravel()), np.sort(pooled.xyz.view("V12").ravel()))
