@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow   # worker processes start and load numba: ~20-50 s each on 2 cores
 
 from mvs_pipeline.cli import main  # noqa: E402
 from mvs_pipeline.cluster.client import open_client  # noqa: E402
