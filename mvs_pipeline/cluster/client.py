@@ -60,7 +60,8 @@ def open_client(cfg: ClusterConfig):
         else:
             raise MVSError(f"cluster.kind '{cfg.kind}' opens no client")
         try:
-            client = stack.enter_context(distributed.Client(target, timeout="30s"))
+            # timeout: to connect, and how long a client that lost its scheduler tries to reconnect
+            client = stack.enter_context(distributed.Client(target, timeout="15s"))
         except (OSError, TimeoutError) as exc:
             raise MVSError(f"cluster: cannot reach the Dask scheduler at {target}: {exc}") from exc
         workers = client.scheduler_info().get("workers", {})

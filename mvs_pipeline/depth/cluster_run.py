@@ -128,7 +128,10 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
             raise
         except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
             client.cancel(futures)
-            raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {exc}); "
+            what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
+            if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
+                what = "lost the connection to the Dask scheduler"
+            raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {what}); "
                            f"the maps finished so far are kept: rerun the same command to resume") from exc
         seconds[pss.id] = time.perf_counter() - start
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from mvs_pipeline.cluster.client import open_client  # noqa: E402
 from mvs_pipeline.cluster.params import ClusterConfig  # noqa: E402
 from mvs_pipeline.config.loader import load_config  # noqa: E402
 from mvs_pipeline.depth.cluster_run import compute_depth_maps_on_cluster  # noqa: E402
+from mvs_pipeline.errors import MVSError  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.views.stage import select_and_write  # noqa: E402
@@ -81,12 +83,17 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert record["cluster"] == "local"
 
 
+def prepared(scene: Path, out: Path):
+    """(cfg, Scene, ViewSelection) of OUT after the load and views stages."""
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views"]) == 0
+    cfg = load_config("small", SETTINGS)
+    scene_ = read_scene(out / "images", out / "sparse")
+    return cfg, scene_, select_and_write(cfg.views, scene_, out, overwrite=False)
+
+
 def test_a_worker_killed_mid_stage_loses_nothing(scene, single, tmp_path):
     out = tmp_path / "out"
-    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views"]) == 0
-    cfg = load_config("small", [f"{s}" for s in SETTINGS])
-    scene_ = read_scene(out / "images", out / "sparse")
-    sel = select_and_write(cfg.views, scene_, out, overwrite=False)
+    cfg, scene_, sel = prepared(scene, out)
     killed = []
     with open_client(ClusterConfig(kind="local", workers=2)) as client:
         pids = client.run(os.getpid)   # worker address -> pid
@@ -112,3 +119,39 @@ def test_cluster_options_fail_in_one_line(scene, tmp_path, capsys):
     assert main(["-q", "run", str(scene), "-o", str(out), "--set", "cluster.kind=address"]) != 0
     err = capsys.readouterr().err
     assert "kind 'address' needs 'address'" in err and "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_lost_scheduler_leaves_a_resumable_folder(scene, single, tmp_path):
+    """An external scheduler (`dask scheduler`) killed with SIGKILL after the first finished task:
+    one-line MVSError; a rerun on another cluster resumes and ends with the single-process bytes."""
+    out = tmp_path / "out"
+    cfg, scene_, sel = prepared(scene, out)
+    address = f"tcp://127.0.0.1:{free_port()}"
+    python_m = [sys.executable, "-m"]
+    scheduler = subprocess.Popen([*python_m, "distributed.cli.dask_scheduler", "--port", address.rsplit(":", 1)[1],
+                                  "--no-dashboard"], stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([*python_m, "distributed.cli.dask_worker", address, "--nthreads", "1",
+                               "--no-dashboard"], stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(MVSError) as err, open_client(ClusterConfig(kind="address", address=address)) as client:
+            client.wait_for_workers(1, timeout=60)
+            compute_depth_maps_on_cluster(cfg, scene_, sel, out, "cpu", client, progress=False,
+                                          on_task_done=lambda result: scheduler.kill())
+    finally:
+        worker.kill()
+        scheduler.kill()
+    message = str(err.value)
+    assert "\n" not in message and "rerun the same command to resume" in message
+    finished = maps(out)
+    assert 0 < len(finished) < len(maps(single))
+    with open_client(ClusterConfig(kind="local", workers=1)) as client:
+        counts = compute_depth_maps_on_cluster(cfg, scene_, sel, out, "cpu", client, progress=False)
+    assert counts["depth_view_passes_resumed"] >= 1
+    assert counts["depth_view_passes_computed"] + counts["depth_view_passes_resumed"] == 8
+    assert maps(out) == maps(single)
