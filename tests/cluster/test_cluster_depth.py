@@ -81,6 +81,11 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert len(workers) == 2   # both worker processes got tasks
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
     assert record["cluster"] == "local"
+    # the fingerprints do not depend on the engine: a single-process rerun finds nothing to redo
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--resume-only"]) == 0
+    again = json.loads((out / "run.json").read_text())["counts"]
+    assert again["depth_view_passes_computed"] == 0 and again["depth_view_passes_resumed"] == 8
+    assert maps(out) == reference
 
 
 def prepared(scene: Path, out: Path):
