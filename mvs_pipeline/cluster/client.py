@@ -36,10 +36,10 @@ def open_client(cfg: ClusterConfig):
     distributed = _import_distributed()
     with contextlib.ExitStack() as stack:
         if cfg.kind == "local":
-            # dashboard off: it needs bokeh and a port, neither of which a batch run wants
+            # the scheduler's HTTP server on a free port: two runs at once must not fight over 8787
             cluster = stack.enter_context(distributed.LocalCluster(
                 n_workers=_local_workers(cfg), threads_per_worker=cfg.threads_per_worker, processes=True,
-                dashboard_address=None))
+                dashboard_address=":0"))
             target = cluster
         elif cfg.kind == "local-cuda":
             try:
@@ -53,7 +53,7 @@ def open_client(cfg: ClusterConfig):
                 visible = devices.split(",") if devices else [str(i) for i in range(_gpu_count())]
                 kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:cfg.workers])
             cluster = stack.enter_context(LocalCUDACluster(
-                threads_per_worker=cfg.threads_per_worker, dashboard_address=None, **kwargs))
+                threads_per_worker=cfg.threads_per_worker, dashboard_address=":0", **kwargs))
             target = cluster
         elif cfg.kind == "address":
             target = cfg.address
