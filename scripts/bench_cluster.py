@@ -13,6 +13,7 @@ whether every map file is byte-identical to the first mode's of the same backend
 targets: local-cuda (1 GPU) within 5 % of none's depth stage; local2 >= 1.7x local1 on CPU.
 
     python scripts/bench_cluster.py --views 40 --width 1600 --height 1200 --modes none,local-cuda
+    python scripts/bench_cluster.py --work W --modes none,local-cuda --keep   # none from an earlier call
     python scripts/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
 """
 
@@ -56,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("-c", "--config", default="default")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--work", type=Path, default=None, help="folder for the scene and outputs (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true",
+                    help="reuse a mode's earlier output in --work instead of running it again (wall: nan)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
@@ -68,9 +71,12 @@ def main(argv=None) -> int:
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
         out = work / f"out_{mode}"
-        subprocess.run(["rm", "-rf", str(out)], check=True)
-        wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
-                   "--stages", "load,views,depth", *MODES[mode])
+        if args.keep and (out / "run.json").is_file():   # measured by an earlier call (split over commands)
+            wall = float("nan")
+        else:
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+            wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
+                       "--stages", "load,views,depth", *MODES[mode])
         run = json.loads((out / "run.json").read_text())
         digests = map_digests(out)
         reference.setdefault(run["backend"], (mode, digests))

@@ -65,7 +65,7 @@ class WorkerCaches:
 
             self.textures = TextureCache()
             max_map_bytes = import_cupy().cuda.runtime.memGetInfo()[0] // 4
-        self.caches = ViewCaches(GreyImageCache(job.scene), MapCache(max_map_bytes, self.writer.flush),
+        self.caches = ViewCaches(GreyImageCache(job.scene, threads=4), MapCache(max_map_bytes, self.writer.flush),
                                  self.writer, self.textures)
 
     def close(self) -> None:
@@ -80,6 +80,8 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int) -> dict:
     t0 = time.perf_counter()
     state = worker_state(f"{job.token}:{threading.get_ident()}", lambda: WorkerCaches(job))
     before = state.writer.valid_pixels
+    scale = job.passes[pass_index].scale   # decode this task's images in parallel (OpenCV frees the GIL)
+    state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
     compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
                  state.caches, Profile())
     state.writer.flush()   # the task counts as done only once its maps are written
