@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 
 from ..errors import MVSError
 from .params import ClusterConfig
 
 log = logging.getLogger(__name__)
 
+_STATE_LOCK = threading.Lock()   # worker threads of one process share the state table
 INSTALL_HINT = "install the cluster extra: pip install 'mvs-pipeline[cluster]'"
 
 
@@ -75,22 +77,27 @@ def _gpu_count() -> int:
     return int(import_cupy().cuda.runtime.getDeviceCount())
 
 
-def worker_state(key: str, make):
-    """The object `make()` built the first time a task of this worker asked for `key` (kept on the
-    worker across tasks, e.g. a run's image and map caches); outside a worker, a fresh one."""
+def worker_state(run: str, make):
+    """The object `make()` built the first time a task of run `run` asked for it in this worker
+    thread (kept on the worker across tasks, e.g. a run's image and map caches; one per thread, as
+    the caches are not shared between threads); outside a worker, a fresh one."""
     distributed = _import_distributed()
     try:
         worker = distributed.get_worker()
     except ValueError:   # not inside a worker (the client runs the task itself)
         return make()
-    states = worker.__dict__.setdefault("_mvs_pipeline_state", {})
-    if key not in states:
-        for old in list(states):   # one run at a time: drop an earlier run's caches
-            closer = getattr(states.pop(old), "close", None)
-            if closer is not None:
-                closer()
-        states[key] = make()
-    return states[key]
+    runs = worker.__dict__.setdefault("_mvs_pipeline_state", {})
+    with _STATE_LOCK:
+        for old in [r for r in runs if r != run]:   # one run at a time: drop an earlier run's caches
+            for state in runs.pop(old).values():
+                closer = getattr(state, "close", None)
+                if closer is not None:
+                    closer()
+        slots = runs.setdefault(run, {})
+        thread = threading.get_ident()
+        if thread not in slots:
+            slots[thread] = make()
+        return slots[thread]
 
 
 def worker_name() -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -78,7 +77,7 @@ class WorkerCaches:
 def run_view_task(job: DepthJob, ref: int, pass_index: int) -> dict:
     """One (pass, view) on a worker; returns when its maps are on disk."""
     t0 = time.perf_counter()
-    state = worker_state(f"{job.token}:{threading.get_ident()}", lambda: WorkerCaches(job))
+    state = worker_state(job.token, lambda: WorkerCaches(job))
     before = state.writer.valid_pixels
     scale = job.passes[pass_index].scale   # decode this task's images in parallel (OpenCV frees the GIL)
     state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
