@@ -6,6 +6,7 @@ already exists (resume), unless `overwrite` is set. This module only composes th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ class RunContext:
     images: Path | None = None
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
+    client: object = None  # distributed.Client while a --cluster run is open (cluster/client.py)
     backend: str = "cpu"  # resolved
     scene: object = None
     selection: object = None
@@ -71,6 +73,11 @@ def _run_views(ctx: RunContext) -> None:
 
 
 def _run_depth(ctx: RunContext) -> None:
+    if ctx.client is not None:   # --cluster: one Dask task per (pass, view)
+        from .depth import cluster_run  # noqa: PLC0415 (imports distributed)
+
+        cluster_run.run(ctx)
+        return
     from .depth import stage  # noqa: PLC0415 (imports numba/cupy only when needed)
 
     stage.run(ctx)
@@ -167,18 +174,16 @@ def _kept(out_dir: Path, done: list[str], stopped: str | None) -> str:
     return f"kept in {out_dir}: {finished}{partly}"
 
 
-def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
-    check_inputs(ctx, stages)
-    check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
-    ctx.backend = resolve_backend(ctx.cfg.backend)
-    log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
-    fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
-        log.info("removed %s, left by an interrupted write", path)
-    atomic_write_text(ctx.out_dir / "config.resolved.yaml",
-                      f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n" + dump_config(ctx.cfg))
-    timings, gpu_peaks, done = {}, {}, []
+def _resolve_run_backend(cfg) -> str:
+    """The backend, where `--cluster local` (CPU worker processes) turns `auto` into `cpu`."""
+    if cfg.cluster.kind == "local":
+        if cfg.backend == "cuda":
+            raise MVSError("--cluster local runs CPU workers: use --cluster local-cuda for the GPU, or backend cpu")
+        return "cpu"
+    return resolve_backend(cfg.backend)
+
+
+def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str]) -> None:
     try:
         for name in stages:
             t0 = time.perf_counter()
@@ -201,8 +206,29 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
         if not is_disk_error(exc):
             raise
         raise write_error(exc, _kept(ctx.out_dir, done, stages[len(done)])) from exc
+
+
+def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
+    check_inputs(ctx, stages)
+    check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
+    ctx.backend = _resolve_run_backend(ctx.cfg)
+    log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
+    fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
+        log.info("removed %s, left by an interrupted write", path)
+    atomic_write_text(ctx.out_dir / "config.resolved.yaml",
+                      f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n" + dump_config(ctx.cfg))
+    timings, gpu_peaks, done = {}, {}, []
+    with contextlib.ExitStack() as stack:
+        if ctx.cfg.cluster.kind != "none" and "depth" in stages:   # the only stage that uses it; no --cluster, no dask
+            from .cluster.client import open_client  # noqa: PLC0415
+
+            ctx.client = stack.enter_context(open_client(ctx.cfg.cluster))
+        _run_stages(ctx, stages, timings, gpu_peaks, done)
+        ctx.client = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
-              "backend": ctx.backend, "stage_seconds": timings, "counts": ctx.counts,
+              "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings, "counts": ctx.counts,
               "config": config_to_dict(ctx.cfg)}
     wall = process_seconds()
     if wall is not None:  # from the process's start: interpreter, imports and set-up count too

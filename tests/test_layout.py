@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mvs_pipeline"
 LAYERS = [
     ("__init__", "errors", "paths", "field_meta"),
     ("io", "gpu"),
-    ("scene", "synth"),
+    ("scene", "synth", "cluster"),
     ("views",),
     ("depth",),
     ("fusion",),

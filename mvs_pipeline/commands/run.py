@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from pathlib import Path
 
+from ..cluster.params import from_cli as cluster_from_cli
 from ..config.loader import load_config
 from ..errors import MVSError
 from ..pipeline import ALL_STAGES, RunContext, parse_stages, run_pipeline
@@ -29,6 +31,11 @@ def register(sub) -> None:
     p.add_argument("--resume-only", action="store_true",
                    help="never redo a finished stage: if a stage's config keys or input files changed since its "
                         "outputs were made, stop with a one-line error listing them")
+    p.add_argument("--cluster", default=None, metavar="local|local-cuda|tcp://HOST:PORT",
+                   help="run the depth stage as Dask tasks: local = CPU worker processes on this machine, "
+                        "local-cuda = one worker per visible GPU (dask-cuda), tcp://HOST:PORT = an existing "
+                        "scheduler whose workers see OUT at the same path (overrides the config's cluster "
+                        "section; needs pip install 'mvs-pipeline[cluster]')")
     p.add_argument("--gt", type=Path, default=None, help="ETH3D scan_alignment.mlp to evaluate against")
     p.set_defaults(func=main)
 
@@ -37,6 +44,7 @@ def main(args: argparse.Namespace) -> int:
     if args.resume_only and args.overwrite:
         raise MVSError("--resume-only and --overwrite contradict each other: give one of them")
     cfg = load_config(args.config, args.overrides)
+    cfg = dataclasses.replace(cfg, cluster=cluster_from_cli(args.cluster, cfg.cluster))
     ctx = RunContext(cfg=cfg, workspace=args.workspace, out_dir=args.out, overwrite=args.overwrite,
                      progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt,
                      resume_only=args.resume_only)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..cluster.params import ClusterConfig
 from ..depth.params import DepthConfig
 from ..depth.patchmatch.params import PatchMatchParams  # the `patchmatch` section: one class for API and YAML
 from ..evaluation.params import EvaluateConfig
@@ -36,3 +37,4 @@ class PipelineConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)  # run --cluster: where depth tasks run

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -156,18 +157,7 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     """
     out_dir = Path(out_dir)
     prof = profile or Profile()
-    sel = _drop_non_overlapping(scene, sel)
-    todo = [i for i in range(scene.num_views) if sel.neighbors[i]]
-    # A geometric pass reads every source's previous maps: a source without sources of its own
-    # has none, so it is dropped from every pass's source list (then the reference may have none).
-    sel = _restrict_sources(sel, set(todo))
-    todo = [i for i in todo if sel.neighbors[i]]
-    skipped = scene.num_views - len(todo)
-    if skipped:
-        log.warning("depth: %d view(s) without usable source views get no depth map", skipped)
-    max_side = max(max(v.width, v.height) for v in scene.views)
-    passes = plan_passes(cfg.depth, out_dir / "stereo", max_side)
-    log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
+    sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
     on_gpu = backend == "cuda"
     images = GreyImageCache(scene, threads=min(8, os.cpu_count() or 1))
     writer = MapWriter(durable=cfg.depth.sync_maps, preview_max_size=cfg.depth.preview_max_size)
@@ -185,36 +175,15 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     seconds: dict[str, float] = {}
     try:
         for pss in passes:
-            previous = _previous_pass(passes, pss)
-            pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
+            pending = pending_views(scene, todo, pss, overwrite)
             resumed += len(todo) - len(pending)
             if not pending:
-                log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
                 continue
             images.prefetch((v, pss.scale) for ref in pending for v in [ref, *sel.neighbors[ref]])
             start = time.perf_counter()
             for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
-                name = scene.views[ref].name
-                prof.start()
-                problem = build_problem(scene, sel, ref, images, pss.scale)
-                prof.stop("read_images")
-                margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, maps, problem, backend, prof, textures)
-                seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
-                timings, memory = {}, {}
-                result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
-                                        timings=timings, memory=memory, texture_cache=textures, keep_on_device=on_gpu)
-                prof.stop("patchmatch")
-                prof.add_solver(pss.kind, timings, memory)
-                depth = result.depth
-                if pss.final:
-                    depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
-                                             backend=backend, keep_on_device=on_gpu)
-                    prof.stop("postfilter")
-                preview = (out_dir / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
-                writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
-                maps.put(pss.map_path("depth", name), depth)
-                maps.put(pss.map_path("normal", name), result.normal)
-                prof.stop("queue_writes")
+                compute_view(cfg, scene, sel, ref, passes, pss.index, out_dir, backend,
+                             ViewCaches(images, maps, writer, textures), prof)
                 computed += 1
             # no wait for the writes here: the next pass reads this one's maps from `maps`
             seconds[pss.id] = time.perf_counter() - start
@@ -235,6 +204,75 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": writer.valid_pixels,
             "depth_pass_seconds": seconds, "depth_seconds_by_category": dict(prof.seconds),
             **({"depth_gpu_used_peak_bytes": prof.gpu_used_peak_bytes} if prof.gpu_used_peak_bytes else {})}
+
+
+def plan_depth_run(cfg, scene: Scene, sel: ViewSelection, out_dir: Path
+                   ) -> tuple[ViewSelection, list[int], list[DepthPass]]:
+    """(selection with unusable sources dropped, view_idx of the views that get maps, passes in
+    run order): what both the single-process and the cluster run (cluster_run.py) work through."""
+    sel = _drop_non_overlapping(scene, sel)
+    todo = [i for i in range(scene.num_views) if sel.neighbors[i]]
+    # A geometric pass reads every source's previous maps: a source without sources of its own
+    # has none, so it is dropped from every pass's source list (then the reference may have none).
+    sel = _restrict_sources(sel, set(todo))
+    todo = [i for i in todo if sel.neighbors[i]]
+    skipped = scene.num_views - len(todo)
+    if skipped:
+        log.warning("depth: %d view(s) without usable source views get no depth map", skipped)
+    max_side = max(max(v.width, v.height) for v in scene.views)
+    passes = plan_passes(cfg.depth, Path(out_dir) / "stereo", max_side)
+    log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
+    return sel, todo, passes
+
+
+def pending_views(scene: Scene, todo: list[int], pss: DepthPass, overwrite: bool) -> list[int]:
+    """The view_idx of `todo` whose maps of pass `pss` are still to compute (resume: all three
+    maps complete on disk counts as done)."""
+    pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
+    if not pending:
+        log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
+    return pending
+
+
+@dataclass
+class ViewCaches:
+    """What one process keeps between views: decoded images, earlier passes' maps, the map
+    writer and (GPU) the texture cache. A cluster worker keeps one across its tasks."""
+    images: GreyImageCache
+    maps: MapCache
+    writer: MapWriter
+    textures: object = None
+
+
+def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[DepthPass], pass_index: int,
+                 out_dir: Path, backend: str, caches: ViewCaches, prof: Profile) -> None:
+    """One (pass, view): PatchMatch from this pass's inputs, maps queued on `caches.writer` and
+    kept in `caches.maps`. The seed depends only on (cfg.seed, view_idx, pass), so the maps do not
+    depend on which process computes them or in which order."""
+    pss = passes[pass_index]
+    previous = _previous_pass(passes, pss)
+    on_gpu = backend == "cuda"
+    name = scene.views[ref].name
+    prof.start()
+    problem = build_problem(scene, sel, ref, caches.images, pss.scale)
+    prof.stop("read_images")
+    margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, caches.maps, problem, backend, prof, caches.textures)
+    seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
+    timings, memory = {}, {}
+    result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
+                            timings=timings, memory=memory, texture_cache=caches.textures, keep_on_device=on_gpu)
+    prof.stop("patchmatch")
+    prof.add_solver(pss.kind, timings, memory)
+    depth = result.depth
+    if pss.final:
+        depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
+                                 backend=backend, keep_on_device=on_gpu)
+        prof.stop("postfilter")
+    preview = (Path(out_dir) / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
+    caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
+    caches.maps.put(pss.map_path("depth", name), depth)
+    caches.maps.put(pss.map_path("normal", name), result.normal)
+    prof.stop("queue_writes")
 
 
 def _max_cost(cfg) -> float:

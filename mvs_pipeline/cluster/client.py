@@ -1,0 +1,109 @@
+"""Opening a Dask client for `run --cluster` and the per-worker state that tasks share.
+
+Imported only when a cluster is requested (it imports `distributed`, and `dask_cuda` for
+local-cuda), so the single-process path starts as fast as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+
+from ..errors import MVSError
+from .params import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+_STATE_LOCK = threading.Lock()   # worker threads of one process share the state table
+INSTALL_HINT = "install the cluster extra: pip install 'mvs-pipeline[cluster]'"
+
+
+def _import_distributed():
+    try:
+        import distributed  # noqa: PLC0415
+    except ImportError as exc:
+        raise MVSError(f"--cluster needs dask.distributed ({exc}); {INSTALL_HINT}") from exc
+    return distributed
+
+
+def _local_workers(cfg: ClusterConfig) -> int:
+    return cfg.workers if cfg.workers is not None else max(1, min(2, os.cpu_count() or 1))
+
+
+@contextlib.contextmanager
+def open_client(cfg: ClusterConfig):
+    """A `distributed.Client` for `cfg` (kind != none), closed (and a local cluster shut down) on exit."""
+    distributed = _import_distributed()
+    with contextlib.ExitStack() as stack:
+        if cfg.kind == "local":
+            # the scheduler's HTTP server on a free port: two runs at once must not fight over 8787
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=_local_workers(cfg), threads_per_worker=cfg.threads_per_worker, processes=True,
+                dashboard_address=":0"))
+            target = cluster
+        elif cfg.kind == "local-cuda":
+            try:
+                from dask_cuda import LocalCUDACluster  # noqa: PLC0415
+            except ImportError as exc:
+                raise MVSError(f"--cluster local-cuda needs dask-cuda ({exc}); install the cluster-cuda extra: "
+                               "pip install 'mvs-pipeline[cluster-cuda]'") from exc
+            devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+            kwargs = {}
+            if cfg.workers is not None:   # the first `workers` of the visible devices
+                visible = devices.split(",") if devices else [str(i) for i in range(_gpu_count())]
+                kwargs["CUDA_VISIBLE_DEVICES"] = ",".join(visible[:cfg.workers])
+            cluster = stack.enter_context(LocalCUDACluster(
+                threads_per_worker=cfg.threads_per_worker, dashboard_address=":0", **kwargs))
+            target = cluster
+        elif cfg.kind == "address":
+            target = cfg.address
+        else:
+            raise MVSError(f"cluster.kind '{cfg.kind}' opens no client")
+        try:
+            # timeout: to connect, and how long a client that lost its scheduler tries to reconnect
+            client = stack.enter_context(distributed.Client(target, timeout="15s"))
+        except (OSError, TimeoutError) as exc:
+            raise MVSError(f"cluster: cannot reach the Dask scheduler at {target}: {exc}") from exc
+        workers = client.scheduler_info().get("workers", {})
+        log.info("cluster: %s, %d worker(s)", cfg.kind if cfg.kind != "address" else cfg.address, len(workers))
+        yield client
+
+
+def _gpu_count() -> int:
+    from ..gpu.loader import import_cupy  # noqa: PLC0415
+
+    return int(import_cupy().cuda.runtime.getDeviceCount())
+
+
+def worker_state(run: str, make):
+    """The object `make()` built the first time a task of run `run` asked for it in this worker
+    thread (kept on the worker across tasks, e.g. a run's image and map caches; one per thread, as
+    the caches are not shared between threads); outside a worker, a fresh one."""
+    distributed = _import_distributed()
+    try:
+        worker = distributed.get_worker()
+    except ValueError:   # not inside a worker (the client runs the task itself)
+        return make()
+    runs = worker.__dict__.setdefault("_mvs_pipeline_state", {})
+    with _STATE_LOCK:
+        for old in [r for r in runs if r != run]:   # one run at a time: drop an earlier run's caches
+            for state in runs.pop(old).values():
+                closer = getattr(state, "close", None)
+                if closer is not None:
+                    closer()
+        slots = runs.setdefault(run, {})
+        thread = threading.get_ident()
+        if thread not in slots:
+            slots[thread] = make()
+        return slots[thread]
+
+
+def worker_name() -> str:
+    """This worker's address (or 'client' outside a worker), for run.json's per-worker counts."""
+    distributed = _import_distributed()
+    try:
+        return str(distributed.get_worker().address)
+    except ValueError:
+        return "client"

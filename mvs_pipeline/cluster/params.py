@@ -1,0 +1,54 @@
+"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks (Dask).
+
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ..errors import ConfigError
+from ..field_meta import meta
+
+KINDS = ("none", "local", "local-cuda", "address")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    kind: Literal["none", "local", "local-cuda", "address"] = field(default="none", metadata=meta(
+        "none = one process (no Dask); local = a dask.distributed LocalCluster of CPU worker processes "
+        "(CPU backend); local-cuda = dask_cuda.LocalCUDACluster, one worker per visible GPU "
+        "(CUDA_VISIBLE_DEVICES respected); address = an existing scheduler at `address` "
+        "(its workers must see the output folder at the same path)"))
+    address: str | None = field(default=None, metadata=meta(
+        "scheduler address for kind=address, e.g. tcp://host:8786"))
+    workers: int | None = field(default=None, metadata=meta(
+        "kind=local: worker processes (null = 2, or fewer on a machine with fewer cores); "
+        "kind=local-cuda: at most this many GPUs (null = every visible GPU)", "processes", (1, 1024)))
+    threads_per_worker: int = field(default=1, metadata=meta(
+        "tasks each local worker runs at once (1: the solvers use every core or the whole GPU themselves)",
+        "threads", (1, 256)))
+    retries: int = field(default=2, metadata=meta(
+        "times Dask reruns a task whose worker died (or that failed) before the run fails", "retries", (0, 100)))
+
+    def check(self) -> list[str]:
+        problems = []
+        if self.kind == "address" and not self.address:
+            problems.append("kind 'address' needs 'address' (e.g. tcp://host:8786)")
+        if self.address and self.kind != "address":
+            problems.append(f"'address' = {self.address!r} is set but kind is '{self.kind}' (use kind: address)")
+        if self.address and "://" not in self.address:
+            problems.append(f"'address' = {self.address!r} is not a scheduler address like tcp://host:8786")
+        return problems
+
+
+def from_cli(text: str | None, cfg: ClusterConfig) -> ClusterConfig:
+    """`--cluster local|local-cuda|tcp://host:port` over the config's section (None: the section)."""
+    if text is None:
+        return cfg
+    if text in ("local", "local-cuda", "none"):
+        return replace(cfg, kind=text, address=None)
+    if "://" in text:
+        return replace(cfg, kind="address", address=text)
+    raise ConfigError(f"--cluster: {text!r} is not local, local-cuda or a scheduler address like tcp://host:8786")

@@ -1,0 +1,35 @@
+"""`run --cluster local-cuda` (dask-cuda, one worker per visible GPU) writes the maps of the
+single-process CUDA run byte for byte, and the same fused point set. Needs a GPU and dask-cuda."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from mvs_pipeline.cli import main  # noqa: E402
+
+from .test_cluster_depth import maps, point_set  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+GPU_FAST = ["-c", "small", "--set", "backend=cuda", "--set", "depth.geometric_passes=1"]
+STAGES = ["--stages", "load,views,depth,fusion"]
+
+
+def test_local_cuda_matches_the_single_process_gpu_run(synth_scene_factory, tmp_path):
+    pytest.importorskip("dask_cuda")
+    scene = synth_scene_factory("object", views=6, width=320, height=240)
+    single, cluster = tmp_path / "single", tmp_path / "cluster"
+    assert main(["-q", "run", str(scene), "-o", str(single), *GPU_FAST, *STAGES]) == 0
+    assert main(["-q", "run", str(scene), "-o", str(cluster), *GPU_FAST, *STAGES, "--cluster", "local-cuda"]) == 0
+    reference = maps(single)
+    assert len(reference) >= 6 * 2 * 3
+    assert maps(cluster) == reference
+    np.testing.assert_array_equal(point_set(cluster), point_set(single))
+    record = json.loads((cluster / "run.json").read_text())
+    assert record["backend"] == "cuda" and record["cluster"] == "local-cuda"
+    workers = record["counts"]["depth_cluster_workers"]
+    assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]

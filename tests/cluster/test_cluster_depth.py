@@ -1,0 +1,162 @@
+"""`run --cluster` (issue 17): the depth stage as Dask tasks on a LocalCluster of 2 CPU worker
+processes writes the same bytes as the single-process run, and survives a worker killed with
+SIGKILL mid-stage. CPU backend, the tiny synthetic scene of tests/test_stale_outputs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow   # worker processes start and load numba: ~20-50 s each on 2 cores
+
+from mvs_pipeline.cli import main  # noqa: E402
+from mvs_pipeline.cluster.client import open_client  # noqa: E402
+from mvs_pipeline.cluster.params import ClusterConfig  # noqa: E402
+from mvs_pipeline.config.loader import load_config  # noqa: E402
+from mvs_pipeline.depth.cluster_run import compute_depth_maps_on_cluster  # noqa: E402
+from mvs_pipeline.errors import MVSError  # noqa: E402
+from mvs_pipeline.io.ply import read_ply  # noqa: E402
+from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
+from mvs_pipeline.views.stage import select_and_write  # noqa: E402
+
+SETTINGS = ["backend=cpu", "patchmatch.iterations=1", "depth.geometric_passes=1", "depth.multi_scale=false"]
+FAST = ["-c", "small", *[a for s in SETTINGS for a in ("--set", s)]]
+STAGES = ["--stages", "load,views,depth,fusion"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def scene(synth_scene_factory) -> Path:
+    return synth_scene_factory("object", views=4, width=96, height=72)
+
+
+@pytest.fixture(scope="module")
+def single(scene, tmp_path_factory) -> Path:
+    """The single-process run, in a fresh interpreter that must not import dask at all."""
+    out = tmp_path_factory.mktemp("single") / "out"
+    code = ("import sys; from mvs_pipeline.cli import main; "
+            f"rc = main({['-q', 'run', str(scene), '-o', str(out), *FAST, *STAGES]!r}); "
+            "assert rc == 0; bad = [m for m in ('dask', 'distributed') if m in sys.modules]; "
+            "assert not bad, f'imported without --cluster: {bad}'")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
+    return out
+
+
+def maps(out: Path) -> dict[str, bytes]:
+    files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted((out / "stereo").rglob("*.bin"))}
+    assert files
+    return files
+
+
+def point_set(out: Path) -> np.ndarray:
+    """The fused points (xyz, normal, colour) as rows, sorted: the set, whatever the order."""
+    cloud = read_ply(out / "fused.ply")
+    rows = np.column_stack([cloud.xyz, cloud.normals, cloud.colors]).astype(np.float64)
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--cluster", "local",
+                 "--set", "cluster.workers=2"]) == 0
+    reference = maps(single)
+    assert len(reference) == 4 * 2 * 3   # 4 views x 2 passes x depth/normal/cost
+    assert maps(out) == reference
+    fused = point_set(out)
+    assert len(fused) > 20   # the tiny scene at 1 iteration fuses a few dozen points
+    np.testing.assert_array_equal(fused, point_set(single))
+    record = json.loads((out / "run.json").read_text())
+    workers = record["counts"]["depth_cluster_workers"]
+    assert len(workers) == 2   # both worker processes got tasks
+    assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
+    assert record["cluster"] == "local"
+    # the fingerprints do not depend on the engine: a single-process rerun finds nothing to redo
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--resume-only"]) == 0
+    again = json.loads((out / "run.json").read_text())["counts"]
+    assert again["depth_view_passes_computed"] == 0 and again["depth_view_passes_resumed"] == 8
+    assert maps(out) == reference
+
+
+def prepared(scene: Path, out: Path):
+    """(cfg, Scene, ViewSelection) of OUT after the load and views stages."""
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views"]) == 0
+    cfg = load_config("small", SETTINGS)
+    scene_ = read_scene(out / "images", out / "sparse")
+    return cfg, scene_, select_and_write(cfg.views, scene_, out, overwrite=False)
+
+
+def test_a_worker_killed_mid_stage_loses_nothing(scene, single, tmp_path):
+    out = tmp_path / "out"
+    cfg, scene_, sel = prepared(scene, out)
+    killed = []
+    with open_client(ClusterConfig(kind="local", workers=2)) as client:
+        pids = client.run(os.getpid)   # worker address -> pid
+
+        def kill_a_worker(result):
+            if not killed:   # after the first finished task: its worker dies with kill -9
+                pid = pids[result["worker"]]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+        counts = compute_depth_maps_on_cluster(cfg, scene_, sel, out, "cpu", client, retries=3, progress=False,
+                                               on_task_done=kill_a_worker)
+        after = set(client.run(os.getpid).values())
+    assert killed and killed[0] not in after   # the worker really died (the nanny started another)
+    assert counts["depth_view_passes_computed"] == 8
+    assert maps(out) == maps(single)
+
+
+def test_cluster_options_fail_in_one_line(scene, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), "--cluster", "lokal"]) != 0
+    assert "--cluster: 'lokal' is not local, local-cuda" in capsys.readouterr().err
+    assert main(["-q", "run", str(scene), "-o", str(out), "--set", "cluster.kind=address"]) != 0
+    err = capsys.readouterr().err
+    assert "kind 'address' needs 'address'" in err and "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_lost_scheduler_leaves_a_resumable_folder(scene, single, tmp_path):
+    """An external scheduler (`dask scheduler`) killed with SIGKILL after the first finished task:
+    one-line MVSError; a rerun on another cluster resumes and ends with the single-process bytes."""
+    out = tmp_path / "out"
+    cfg, scene_, sel = prepared(scene, out)
+    address = f"tcp://127.0.0.1:{free_port()}"
+    python_m = [sys.executable, "-m"]
+    scheduler = subprocess.Popen([*python_m, "distributed.cli.dask_scheduler", "--port", address.rsplit(":", 1)[1],
+                                  "--no-dashboard"], stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([*python_m, "distributed.cli.dask_worker", address, "--nthreads", "1",
+                               "--no-dashboard"], stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(MVSError) as err, open_client(ClusterConfig(kind="address", address=address)) as client:
+            client.wait_for_workers(1, timeout=60)
+            compute_depth_maps_on_cluster(cfg, scene_, sel, out, "cpu", client, progress=False,
+                                          on_task_done=lambda result: scheduler.kill())
+    finally:
+        worker.kill()
+        scheduler.kill()
+    message = str(err.value)
+    assert "\n" not in message and "rerun the same command to resume" in message
+    finished = maps(out)
+    assert 0 < len(finished) < len(maps(single))
+    with open_client(ClusterConfig(kind="local", workers=1)) as client:
+        counts = compute_depth_maps_on_cluster(cfg, scene_, sel, out, "cpu", client, progress=False)
+    assert counts["depth_view_passes_resumed"] >= 1
+    assert counts["depth_view_passes_computed"] + counts["depth_view_passes_resumed"] == 8
+    assert maps(out) == maps(single)
