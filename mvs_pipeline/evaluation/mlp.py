@@ -71,9 +71,9 @@ class Scan:
         completeness moves the scans with pcl::transformPointCloud (Matrix4f), whose SSE path
         rounds each product and sum to float32 in the order r0 x + (r1 y + (r2 z + t)). Any
         other order moves points by up to one float32 step, which puts points lying on a voxel
-        face into the neighbouring cell: ((r0 x + r1 y) + r2 z) + t (Eigen's Affine3f * p, what
-        an older version of the program used) left completeness up to 2.8e-4 off on clouds
-        with a missing region, rounding the float64 product up to 0.025 off."""
+        face into the neighbouring cell: ((r0 x + r1 y) + r2 z) + t (Eigen's Affine3f * p, which
+        we used before issue #19) left completeness up to 8.4e-3 off on clouds with a missing
+        region, rounding the float64 product up to 0.025 off (BENCHMARKS.md)."""
         R = self.rotation.astype(np.float32)
         t = self.translation.astype(np.float32)
         p = np.asarray(self.points, dtype=np.float32)

@@ -22,12 +22,13 @@ def _pose(angle_deg: float, t) -> np.ndarray:
     return m
 
 
-def write_case(folder: Path) -> tuple[Path, Path]:
-    """(scan_alignment.mlp, reconstruction.ply) written into `folder`."""
+def write_case(folder: Path, n_floor: int = 30000) -> tuple[Path, Path]:
+    """(scan_alignment.mlp, reconstruction.ply) written into `folder`; the wall gets n_floor / 2
+    points (a few thousand in all keeps the brute-force reference fast)."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(20261125)
-    floor = np.c_[rng.uniform(-0.4, 0.3, 30000), rng.uniform(-0.4, 0.4, 30000), np.full(30000, 0.46)]
-    wall = np.c_[np.full(15000, 0.3), rng.uniform(-0.4, 0.4, 15000), rng.uniform(0.46, 0.9, 15000)]
+    floor = np.c_[rng.uniform(-0.4, 0.3, n_floor), rng.uniform(-0.4, 0.4, n_floor), np.full(n_floor, 0.46)]
+    wall = np.c_[np.full(n_floor // 2, 0.3), rng.uniform(-0.4, 0.4, n_floor // 2), rng.uniform(0.46, 0.9, n_floor // 2)]
     world = np.concatenate([floor, wall])
     entries = []
     for k, (angle, t) in enumerate([(23.0, (1.3, 0.2, 1.1)), (-131.0, (-1.7, 0.9, 1.4))]):
