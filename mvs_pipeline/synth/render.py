@@ -5,6 +5,10 @@ footprint, see texture.py) -> Lambertian shading, ambient + direct light with ca
 (one shadow ray per lit pixel) -> per-image exposure gain -> gamma 2.2 -> Gaussian sensor
 noise -> 8-bit quantisation. Pixels whose ray hits nothing show a smooth, texture-free
 background (sky or studio backdrop) and have depth 0.
+
+`xp` (NumPy or CuPy) runs the texture, the bulk of the arithmetic; ray casting stays with
+Open3D's Embree scene on the CPU, and shading, noise and quantisation stay in NumPy so that
+both backends draw the same noise and only the texture's float64 rounding can differ.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: n
 
 
 def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, dirs: np.ndarray,
-                  texture_seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  texture_seed: int, xp=np) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rays [N, 3] (camera-frame z = 1) -> (linear RGB [N, 3] float64, depth [N] float32,
     camera-frame normals [N, 3] float32, material [N] int16)."""
     n = len(dirs)
@@ -106,10 +110,13 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
 
     mat_ids = spec.mesh.material_ids[prim]
     albedo = np.empty((len(idx), 3))
+    to_host = np.asarray if xp is np else xp.asnumpy
+    points_x, footprint_x = xp.asarray(points), xp.asarray(footprint)
     for m in np.unique(mat_ids):
         sel = mat_ids == m
-        albedo[sel] = texture.albedo(spec.mesh.materials[m], points[sel], footprint[sel],
-                                     seed=texture_seed * 7919 + int(m))
+        sel_x = xp.asarray(sel)
+        albedo[sel] = to_host(texture.albedo(spec.mesh.materials[m], points_x[sel_x], footprint_x[sel_x],
+                                             seed=texture_seed * 7919 + int(m), xp=xp))
 
     shade = spec.light.ambient + (1.0 - spec.light.ambient) * _direct_light(spec, rc, points, n_world)
     linear = np.empty((n, 3))
@@ -126,7 +133,7 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
 
 
 def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, gain: float,
-                texture_seed: int, noise_rng: np.random.Generator) -> RenderedView:
+                texture_seed: int, noise_rng: np.random.Generator, xp=np) -> RenderedView:
     h, w = cam.height, cam.width
     rgb = np.empty((h, w, 3), dtype=np.uint8)
     depth = np.empty((h, w), dtype=np.float32)
@@ -140,7 +147,7 @@ def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera
         r1 = min(h, r0 + rows_per_block)
         cc, rr = np.meshgrid(cols, np.arange(r0, r1) + 0.5)
         dirs = cam.ray_directions(np.stack([cc.ravel(), rr.ravel()], axis=1))
-        linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed)
+        linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed, xp)
         encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
         encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)
         rgb[r0:r1] = np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8).reshape(r1 - r0, w, 3)

@@ -1,0 +1,122 @@
+"""Render and write the views of a synthetic scene, serially or in worker processes.
+
+Serial: the main process renders view k while a writer thread still encodes view k-1's PNG
+and writes its depth and normal maps. Parallel (`workers` > 1): spawned worker processes each
+build the (deterministic) scene once, then render *and write* whole views, returning only what
+the sparse model needs (depth range, seeded candidate points), so no image crosses a pipe.
+Every view draws its noise and candidates from generators seeded by its index, so the files
+are the same bytes whatever `workers` is (tests/synth/test_synth_parallel.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import MVSError
+from ..io.atomic import atomic_path
+from . import sparse as sparse_mod
+from .render import RenderedView, render_view
+from .scenes import SceneSpec, build_scene
+
+MAX_PENDING_WRITES = 2  # serial path: views rendered but not yet written (bounds memory at 3200x2130)
+
+
+@dataclass(frozen=True)
+class ViewJob:
+    scene: tuple  # build_scene's arguments (name, views, width, height, seed)
+    k: int  # view_idx
+    gain: float  # exposure gain
+    out_dir: Path
+    stem: str  # file stem, "view_000"
+    seeds_per_view: int  # sparse candidates seeded from this view
+    backend: str  # "cpu" or "cuda" (texture on the GPU)
+
+
+@dataclass
+class ViewSummary:
+    depth_range: tuple[float, float] | None  # (min, max) z-depth of the surface pixels, None if none
+    candidates: sparse_mod.Candidates
+
+
+def array_module(backend: str):
+    """NumPy for "cpu", CuPy for "cuda" (the caller has resolved the backend)."""
+    if backend == "cuda":
+        import cupy  # noqa: PLC0415 (only with a GPU)
+
+        return cupy
+    return np
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def save_png(path: Path, rgb: np.ndarray) -> None:
+    with atomic_path(path, suffix=".png") as tmp:
+        if not cv2.imwrite(str(tmp), rgb[:, :, ::-1]):
+            raise MVSError(f"{path}: could not write PNG")
+
+
+def _render(spec: SceneSpec, rc, job: ViewJob) -> RenderedView:
+    return render_view(spec, rc, spec.cameras[job.k], job.gain, texture_seed=job.scene[4],
+                       noise_rng=np.random.default_rng([job.scene[4], 0x401, job.k]),
+                       xp=array_module(job.backend))
+
+
+def _write(job: ViewJob, rv: RenderedView) -> None:
+    save_png(job.out_dir / "images" / f"{job.stem}.png", rv.rgb)
+    save_npy(job.out_dir / "gt" / "depth" / f"{job.stem}.npy", rv.depth)
+    save_npy(job.out_dir / "gt" / "normal" / f"{job.stem}.npy", rv.normal)
+
+
+def _summarise(spec: SceneSpec, job: ViewJob, rv: RenderedView) -> ViewSummary:
+    surface = rv.depth[rv.depth > 0]
+    rng = (float(surface.min()), float(surface.max())) if len(surface) else None
+    cand = sparse_mod.sample_candidates(spec.cameras[job.k], rv.depth, rv.normal, job.seeds_per_view,
+                                        np.random.default_rng([job.scene[4], 0x5EED, job.k]))
+    return ViewSummary(rng, cand)
+
+
+_WORKER_SCENE: dict = {}
+
+
+def _view_in_worker(job: ViewJob) -> ViewSummary:
+    """One view rendered and written in a worker process (the scene is built once per process)."""
+    if job.scene not in _WORKER_SCENE:
+        spec = build_scene(*job.scene)
+        _WORKER_SCENE.clear()
+        _WORKER_SCENE[job.scene] = (spec, spec.mesh.raycasting_scene())
+    spec, rc = _WORKER_SCENE[job.scene]
+    rv = _render(spec, rc, job)
+    _write(job, rv)
+    return _summarise(spec, job, rv)
+
+
+def run_views(spec: SceneSpec, rc, jobs: list[ViewJob], workers: int, progress: bool) -> list[ViewSummary]:
+    """Render and write every job's view; summaries in job order."""
+    desc = f"synth {spec.name}"
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
+            return list(tqdm(pool.map(_view_in_worker, jobs), total=len(jobs), desc=desc, unit="view",
+                             disable=not progress))
+    summaries = []
+    pending: deque = deque()
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        for job in tqdm(jobs, desc=desc, unit="view", disable=not progress):
+            rv = _render(spec, rc, job)
+            pending.append(writer.submit(_write, job, rv))
+            summaries.append(_summarise(spec, job, rv))
+            while len(pending) >= MAX_PENDING_WRITES:
+                pending.popleft().result()
+        for f in pending:
+            f.result()
+    return summaries
