@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -69,7 +71,7 @@ def _check_args(name: str, views: int, width: int, height: int, seed: int,
 def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, height: int = 600,
                    seed: int = 0, scans: bool = True, *, scan_spacing: float | None = None,
                    max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False,
-                   workers: int = 1, backend: str = "cpu") -> Path:
+                   workers: int = 1, backend: str = "cpu", timings: dict | None = None) -> Path:
     """Render scene `name` (one of SCENE_NAMES) into `out_dir` (layout in the module doc).
 
     scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
@@ -77,7 +79,8 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     rays of all scans together. workers > 1 renders and writes that many views at once in
     worker processes (view_jobs.py); the files do not depend on `workers`. backend "cuda"
     evaluates the textures with CuPy (resolved by the caller); the images then agree with the
-    CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). Returns `out_dir`.
+    CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). `timings`, a dict, gets
+    each stage's wall time in seconds (scripts/bench_synth.py). Returns `out_dir`.
     """
     _check_args(name, views, width, height, seed, scan_spacing, max_scan_points, workers, backend)
     views, width, height, seed = int(views), int(width), int(height), int(seed)
@@ -85,37 +88,32 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     # scene.json marks a finished scene: drop an old one first so a crash cannot leave it
     # describing files of a different run.
     (out_dir / "gt" / "scene.json").unlink(missing_ok=True)
+    start = time.perf_counter()
     spec = build_scene(name, views, width, height, seed)
     rc = spec.mesh.raycasting_scene()
+    if timings is not None:
+        timings["scene"] = time.perf_counter() - start
     names = [f"view_{k:03d}.png" for k in range(views)]
     stems = [Path(n).stem for n in names]
     gains = np.random.default_rng([seed, 0xE7]).uniform(*EXPOSURE_RANGE, size=views)
     seeds_per_view = int(np.clip(round(SPARSE_POINTS_TARGET / views), *SPARSE_SEEDS_PER_VIEW))
 
-    jobs = [ViewJob((name, views, width, height, seed), k, float(gains[k]), out_dir, stems[k], seeds_per_view,
-                    backend) for k in range(views)]
-    summaries = run_views(spec, rc, jobs, int(workers), progress)
-    ranges = [v.depth_range for v in summaries if v.depth_range is not None]
-    depth_min = min((r[0] for r in ranges), default=np.inf)
-    depth_max = max((r[1] for r in ranges), default=0.0)
-    candidates = [v.candidates for v in summaries]
-
-    model = _build_sparse(spec.cameras, rc, candidates, out_dir, stems, seed, seeds_per_view)
-    sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
-
-    with atomic_path(out_dir / "gt" / "mesh.ply") as tmp:
-        if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
-            raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
-
-    scan_info, scan_list = None, []
-    if scans:
-        spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
-        scan_list = simulate_scans(spec, rc, spacing, max_scan_points)
-        write_scans(out_dir / "gt" / "eth3d", scan_list)
-        scan_info = {"count": len(scan_list), "requested_spacing_m": spacing,
-                     "reference_distance_m": spec.scan_reference_distance,
-                     "angular_step_rad": [s.angular_step for s in scan_list],
-                     "points": [len(s.points) for s in scan_list]}
+    # The mesh and the laser scans need no view: a thread makes them while the views render
+    # (in worker processes the main process would otherwise wait idle).
+    with ThreadPoolExecutor(max_workers=1) as side:
+        side_job = side.submit(_timed, timings, "mesh_and_scans", _write_mesh_and_scans, spec, out_dir, scans,
+                               scan_spacing, max_scan_points)
+        jobs = [ViewJob((name, views, width, height, seed), k, float(gains[k]), out_dir, stems[k], seeds_per_view,
+                        backend) for k in range(views)]
+        summaries = _timed(timings, "views", run_views, spec, rc, jobs, int(workers), progress)
+        ranges = [v.depth_range for v in summaries if v.depth_range is not None]
+        depth_min = min((r[0] for r in ranges), default=np.inf)
+        depth_max = max((r[1] for r in ranges), default=0.0)
+        candidates = [v.candidates for v in summaries]
+        model = _timed(timings, "sparse", _build_sparse, spec.cameras, rc, candidates, out_dir, stems, seed,
+                       seeds_per_view)
+        sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
+        scan_info, scan_list = side_job.result()
 
     _remove_stale(out_dir, stems, scan_list)
     obs = model.observations_per_view()
@@ -136,6 +134,36 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     }
     atomic_write_text(out_dir / "gt" / "scene.json", json.dumps(meta, indent=1) + "\n")
     return out_dir
+
+
+def _timed(timings: dict | None, stage: str, fn, *args):
+    """fn(*args), its wall time (s) added to timings[stage] when timings is a dict."""
+    start = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        if timings is not None:
+            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - start
+
+
+def _write_mesh_and_scans(spec, out_dir: Path, scans: bool, scan_spacing: float | None,
+                          max_scan_points: int) -> tuple[dict | None, list]:
+    """gt/mesh.ply and, with `scans`, the laser scans; returns (scene.json's scan entry, scans).
+
+    Runs beside the views, so it casts into a RaycastingScene of its own: Open3D commits a
+    scene lazily at its first query, which two threads must not race on."""
+    with atomic_path(out_dir / "gt" / "mesh.ply") as tmp:
+        if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
+            raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
+    if not scans:
+        return None, []
+    spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
+    scan_list = simulate_scans(spec, spec.mesh.raycasting_scene(), spacing, max_scan_points)
+    write_scans(out_dir / "gt" / "eth3d", scan_list)
+    return {"count": len(scan_list), "requested_spacing_m": spacing,
+            "reference_distance_m": spec.scan_reference_distance,
+            "angular_step_rad": [s.angular_step for s in scan_list],
+            "points": [len(s.points) for s in scan_list]}, scan_list
 
 
 def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
