@@ -27,6 +27,9 @@ GAMMA = 2.2
 SHADOW_RAY_OFFSET = 1e-3  # m, shadow rays start this far off the surface (no self-shadowing)
 MIN_FOOTPRINT_COS = 0.25  # footprint stretch at grazing incidence is capped at 4x
 PIXELS_PER_BLOCK = 1 << 18  # pixels rendered at once (memory bound, not a speed knob)
+# Embree threads per cast (0 = all cores). Worker processes set 1: one view per core already
+# fills the machine, and 16 processes x 16 threads thrash. Hits do not depend on it.
+ray_threads = 0
 
 # Linear-RGB backgrounds for rays that hit nothing.
 SKY_HORIZON = np.array([0.70, 0.78, 0.88])
@@ -76,10 +79,11 @@ def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: n
         return direct
     origins = points[lit] + SHADOW_RAY_OFFSET * normals[lit]
     if light.kind == "sun":
-        occluded = rc.test_occlusions(make_rays(origins, to_light[lit])).numpy()
+        occluded = rc.test_occlusions(make_rays(origins, to_light[lit]), nthreads=ray_threads).numpy()
     else:
         # Direction = full vector to the light, so t = 1 is the light itself.
-        occluded = rc.test_occlusions(make_rays(origins, np.asarray(light.vector) - origins), tfar=0.999).numpy()
+        occluded = rc.test_occlusions(make_rays(origins, np.asarray(light.vector) - origins), tfar=0.999,
+                                      nthreads=ray_threads).numpy()
     direct[lit] = np.where(occluded, 0.0, cosine[lit] * falloff[lit])
     return direct
 
@@ -90,7 +94,7 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
     camera-frame normals [N, 3] float32, material [N] int16)."""
     n = len(dirs)
     center = cam.center
-    hit = rc.cast_rays(make_rays(center, dirs))
+    hit = rc.cast_rays(make_rays(center, dirs), nthreads=ray_threads)
     t_hit = hit["t_hit"].numpy()  # [N] float32; z-depth because d_cam.z = 1
     valid = np.isfinite(t_hit)
     idx = np.flatnonzero(valid)

@@ -10,7 +10,9 @@ are the same bytes whatever `workers` is (tests/synth/test_synth_parallel.py).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,11 +24,16 @@ from tqdm import tqdm
 
 from ..errors import MVSError
 from ..io.atomic import atomic_path
+from . import render as render_mod
 from . import sparse as sparse_mod
 from .render import RenderedView, render_view
 from .scenes import SceneSpec, build_scene
 
 MAX_PENDING_WRITES = 2  # serial path: views rendered but not yet written (bounds memory at 3200x2130)
+# BLAS thread pools of the worker processes: one thread each. OpenBLAS's default (all cores) in
+# every one of 16 workers oversubscribes the machine; under load a [N, 3] @ [3, 3] product then
+# runs 2.6x slower than single-threaded (measured here at load 8 on 2 cores).
+WORKER_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ _WORKER_SCENE: dict = {}
 
 def _view_in_worker(job: ViewJob) -> ViewSummary:
     """One view rendered and written in a worker process (the scene is built once per process)."""
+    render_mod.ray_threads = 1
     if job.scene not in _WORKER_SCENE:
         spec = build_scene(*job.scene)
         _WORKER_SCENE.clear()
@@ -101,13 +109,29 @@ def _view_in_worker(job: ViewJob) -> ViewSummary:
     return _summarise(spec, job, rv)
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """os.environ updated with `values` inside the block (inherited by processes started there)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_views(spec: SceneSpec, rc, jobs: list[ViewJob], workers: int, progress: bool) -> list[ViewSummary]:
     """Render and write every job's view; summaries in job order."""
     desc = f"synth {spec.name}"
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-            return list(tqdm(pool.map(_view_in_worker, jobs), total=len(jobs), desc=desc, unit="view",
-                             disable=not progress))
+            with _environment(WORKER_THREAD_ENV):  # map submits every job, so all workers start in here
+                results = pool.map(_view_in_worker, jobs)
+            return list(tqdm(results, total=len(jobs), desc=desc, unit="view", disable=not progress))
     summaries = []
     pending: deque = deque()
     with ThreadPoolExecutor(max_workers=1) as writer:

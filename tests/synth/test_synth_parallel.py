@@ -22,7 +22,10 @@ from mvs_pipeline.synth.texture import albedo
 # only move a value across a quantisation boundary, so at most 1 level, on a tiny share of pixels.
 GPU_MAX_LEVEL_DIFF = 1
 GPU_MIN_EQUAL_SHARE = 0.999
-GPU_ALBEDO_ATOL = 1e-12
+# Albedo: lattice coordinates reach |p| ~ 5000 (8 m / 1.6 mm finest wavelength), whose ulp is
+# ~1e-12; a product summed in another order (cuBLAS, FMA) moves p by a few ulp, the noise by as
+# much times its slope. 1e-9 is far above that and 4e6 times below one 8-bit level.
+GPU_ALBEDO_ATOL = 1e-9
 
 
 def _tree_files(root):
