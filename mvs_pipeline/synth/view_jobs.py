@@ -26,6 +26,7 @@ from ..errors import MVSError
 from ..io.atomic import atomic_path
 from . import render as render_mod
 from . import sparse as sparse_mod
+from . import texture
 from .render import RenderedView, render_view
 from .scenes import SceneSpec, build_scene
 
@@ -109,6 +110,16 @@ def _view_in_worker(job: ViewJob) -> ViewSummary:
     return _summarise(spec, job, rv)
 
 
+def _compile_texture_kernels(spec: SceneSpec) -> None:
+    """Evaluate every material once on a few points, so that CuPy compiles the texture's kernels
+    into its disk cache here, once, instead of in every worker process at the same time."""
+    xp = array_module("cuda")
+    points, footprint = xp.zeros((4, 3)), xp.full(4, 1e-4)
+    for m, material in enumerate(spec.mesh.materials):
+        texture.albedo(material, points, footprint, seed=m, xp=xp)
+    xp.cuda.Device().synchronize()
+
+
 @contextlib.contextmanager
 def _environment(values: dict[str, str]):
     """os.environ updated with `values` inside the block (inherited by processes started there)."""
@@ -128,6 +139,8 @@ def run_views(spec: SceneSpec, rc, jobs: list[ViewJob], workers: int, progress: 
     """Render and write every job's view; summaries in job order."""
     desc = f"synth {spec.name}"
     if workers > 1 and len(jobs) > 1:
+        if jobs[0].backend == "cuda":
+            _compile_texture_kernels(spec)
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
             with _environment(WORKER_THREAD_ENV):  # map submits every job, so all workers start in here
                 results = pool.map(_view_in_worker, jobs)
