@@ -4,7 +4,8 @@
 Runs generate_scene exactly as the CLI does (same arguments, backend resolved the same way) once
 per (size, workers, backend) combination and prints a table: scene build, views (render +
 write), sparse model, mesh + scans (in a thread beside the views, so not additive), total, and
-seconds per view. --views lets a short run be extrapolated: views cost the same each, so
+seconds per view; cpu_s is the CPU time of this process and its workers (the wall times of a
+shared machine depend on its load, the CPU time much less). --views lets a short run be extrapolated: views cost the same each, so
 total(40) ~ total(n) + (40 - n) * views/n / concurrency.
 
     python scripts/bench_synth.py --sizes 800x600,1600x1066 --views 6 --workers 1,0 --backends cpu
@@ -17,11 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished (joined) children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main() -> int:
@@ -44,7 +52,7 @@ def main() -> int:
     rows = []
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}, scene {args.scene}, {args.views} views")
     print(f"{'size':>10} {'backend':>7} {'workers':>7} {'scene':>6} {'views':>7} {'sparse':>6} "
-          f"{'mesh+scans':>10} {'total':>7} {'s/view':>7}")
+          f"{'mesh+scans':>10} {'total':>7} {'s/view':>7} {'cpu_s':>7}")
     for size in args.sizes.split(","):
         width, height = (int(x) for x in size.lower().split("x"))
         for requested in args.backends.split(","):
@@ -53,17 +61,19 @@ def main() -> int:
                 workers = w if w > 0 else (os.cpu_count() or 1)
                 out = root / f"{args.scene}_{width}x{height}_{backend}_w{workers}"
                 timings: dict = {}
+                cpu0 = _cpu_seconds()
                 start = time.perf_counter()
                 generate_scene(args.scene, out, views=args.views, width=width, height=height, seed=args.seed,
                                scans=args.scans, workers=workers, backend=backend, timings=timings)
                 total = time.perf_counter() - start
+                cpu = _cpu_seconds() - cpu0
                 row = {"size": f"{width}x{height}", "backend": backend, "workers": workers, "views_n": args.views,
-                       **{k: round(v, 3) for k, v in timings.items()}, "total": round(total, 3),
+                       **{k: round(v, 3) for k, v in timings.items()}, "total": round(total, 3), "cpu_s": round(cpu, 1),
                        "load_avg_1min": os.getloadavg()[0]}
                 rows.append(row)
                 print(f"{row['size']:>10} {backend:>7} {workers:>7} {timings.get('scene', 0):6.1f} "
                       f"{timings.get('views', 0):7.1f} {timings.get('sparse', 0):6.1f} "
-                      f"{timings.get('mesh_and_scans', 0):10.1f} {total:7.1f} {total / args.views:7.2f}",
+                      f"{timings.get('mesh_and_scans', 0):10.1f} {total:7.1f} {total / args.views:7.2f} {cpu:7.1f}",
                       flush=True)
                 if args.keep is None:
                     shutil.rmtree(out, ignore_errors=True)
