@@ -47,10 +47,11 @@ def main() -> int:
 
     from mvs_pipeline.gpu.backend import resolve_backend  # noqa: PLC0415
     from mvs_pipeline.synth.generate import generate_scene  # noqa: PLC0415
+    from mvs_pipeline.synth.view_jobs import usable_cpus  # noqa: PLC0415
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench_synth_"))
     rows = []
-    print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}, scene {args.scene}, {args.views} views")
+    print(f"cpus {os.cpu_count()} (usable {usable_cpus()}), load average {os.getloadavg()[0]:.2f}, scene {args.scene}, {args.views} views")
     print(f"{'size':>10} {'backend':>7} {'workers':>7} {'scene':>6} {'views':>7} {'sparse':>6} "
           f"{'mesh+scans':>10} {'total':>7} {'s/view':>7} {'cpu_s':>7}")
     for size in args.sizes.split(","):
@@ -58,7 +59,7 @@ def main() -> int:
         for requested in args.backends.split(","):
             backend = resolve_backend(requested)
             for w in (int(x) for x in args.workers.split(",")):
-                workers = w if w > 0 else (os.cpu_count() or 1)
+                workers = w if w > 0 else usable_cpus()
                 out = root / f"{args.scene}_{width}x{height}_{backend}_w{workers}"
                 timings: dict = {}
                 cpu0 = _cpu_seconds()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -44,9 +43,10 @@ def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     from ..gpu.backend import resolve_backend  # noqa: PLC0415
     from ..synth.generate import generate_scene  # noqa: PLC0415 (open3d: only when rendering)
+    from ..synth.view_jobs import usable_cpus  # noqa: PLC0415
 
     backend = resolve_backend(args.backend)
-    workers = args.workers if args.workers > 0 else (os.cpu_count() or 1)
+    workers = args.workers if args.workers > 0 else usable_cpus()
 
     out = generate_scene(args.scene, args.out, views=args.views, width=args.width, height=args.height,
                          seed=args.seed, scans=args.scans, scan_spacing=args.scan_spacing,

@@ -54,6 +54,15 @@ class ViewSummary:
     candidates: sparse_mod.Candidates
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container's cpuset, not the host's count): the default
+    number of worker processes, each a whole view's work."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def array_module(backend: str):
     """NumPy for "cpu", CuPy for "cuda" (the caller has resolved the backend)."""
     if backend == "cuda":
