@@ -27,6 +27,9 @@ GAMMA = 2.2
 SHADOW_RAY_OFFSET = 1e-3  # m, shadow rays start this far off the surface (no self-shadowing)
 MIN_FOOTPRINT_COS = 0.25  # footprint stretch at grazing incidence is capped at 4x
 PIXELS_PER_BLOCK = 1 << 18  # pixels rendered at once (memory bound, not a speed knob)
+# With CuPy every array operation is a kernel launch (~10 us): larger blocks launch fewer of them
+# for the same pixels (~300 MB of host temporaries per block). The output does not depend on it.
+GPU_PIXELS_PER_BLOCK = 1 << 20
 # Embree threads per cast (0 = all cores). Worker processes set 1: one view per core already
 # fills the machine, and 16 processes x 16 threads thrash. Hits do not depend on it.
 ray_threads = 0
@@ -145,7 +148,7 @@ def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera
     material = np.empty((h, w), dtype=np.int16)
     # Row blocks bound the float64 temporaries (~1 GB at 3200x2130 in one go); every pixel's
     # value is independent of the blocking, and the noise is drawn in row order.
-    rows_per_block = max(1, PIXELS_PER_BLOCK // w)
+    rows_per_block = max(1, (PIXELS_PER_BLOCK if xp is np else GPU_PIXELS_PER_BLOCK) // w)
     cols = np.arange(w) + 0.5  # COLMAP pixel centres: column i is at x = i + 0.5
     for r0 in range(0, h, rows_per_block):
         r1 = min(h, r0 + rows_per_block)

@@ -86,3 +86,21 @@ def test_cupy_rendering_matches_numpy(cupy, name):
         np.testing.assert_array_equal(got.depth, ref.depth)
         np.testing.assert_array_equal(got.normal, ref.normal)
         np.testing.assert_array_equal(got.material, ref.material)
+
+
+def test_rendering_does_not_depend_on_the_block_size(monkeypatch):
+    """The GPU path renders larger row blocks than the CPU path; that alone must change nothing."""
+    from mvs_pipeline.synth import render  # noqa: PLC0415
+
+    spec = build_scene("courtyard", 4, 200, 150, 0)
+    rc = spec.mesh.raycasting_scene()
+
+    def once():
+        return render_view(spec, rc, spec.cameras[1], 0.9, texture_seed=0, noise_rng=np.random.default_rng([0, 1]))
+
+    ref = once()  # 30 000 px: one block
+    monkeypatch.setattr(render, "PIXELS_PER_BLOCK", 200 * 7)  # 7 rows a block, the last one short
+    got = once()
+    for field in ("rgb", "depth", "normal", "material"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(ref, field), err_msg=field)
+    assert ref.rgb.std() > 10  # a textured picture
