@@ -124,10 +124,14 @@ def fbm_bands(points: np.ndarray, footprint: np.ndarray, wavelength: float, octa
         amp = persistence**k
         norm_sq[band] += amp * amp
         w = octave_weight(lam, footprint, xp)
-        if not bool(xp.any(w > 0.0)):
+        live = xp.flatnonzero(w > 0.0)
+        if len(live) == 0:
             continue  # finer octaves only fade further; keep summing norm_sq for a stable scale
-        p = points @ xp.asarray(_octave_rotation(seed, k).T / lam)
-        bands[band] += (amp * w) * value_noise(p, seed * 131 + k, xp)
+        rotation = xp.asarray(_octave_rotation(seed, k).T / lam)
+        if len(live) == len(w):
+            bands[band] += (amp * w) * value_noise(points @ rotation, seed * 131 + k, xp)
+        else:  # noise only where the octave survives: distant pixels fade the fine octaves out
+            bands[band][live] += (amp * w[live]) * value_noise(points[live] @ rotation, seed * 131 + k, xp)
     return tuple(b / (np.sqrt(max(n, 1e-12)) * VALUE_NOISE_STD) for b, n in zip(bands, norm_sq))
 
 
