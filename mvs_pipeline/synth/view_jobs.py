@@ -123,7 +123,8 @@ def _compile_texture_kernels(spec: SceneSpec) -> None:
     """Evaluate every material once on a few points, so that CuPy compiles the texture's kernels
     into its disk cache here, once, instead of in every worker process at the same time."""
     xp = array_module("cuda")
-    points, footprint = xp.zeros((4, 3)), xp.full(4, 1e-4)
+    # fine and coarse footprints: every octave runs on all points and on a subset (texture.fbm_bands)
+    points, footprint = xp.zeros((4, 3)), xp.asarray([1e-4, 1e-4, 1.0, 1.0])
     for m, material in enumerate(spec.mesh.materials):
         texture.albedo(material, points, footprint, seed=m, xp=xp)
     xp.cuda.Device().synchronize()
