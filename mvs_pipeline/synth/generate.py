@@ -19,26 +19,25 @@ Every file is written atomically, and the same arguments give the same bytes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
 import numpy as np
 import open3d as o3d
-from tqdm import tqdm
 
 from ..errors import MVSError
 from ..io.atomic import atomic_path, atomic_write_text
 from . import sparse as sparse_mod
-from .render import SENSOR_NOISE_SIGMA, render_view
+from .render import SENSOR_NOISE_SIGMA
 from .scans import simulate_scans, write_scans
 from .scene_names import SCENE_NAMES
 from .scenes import build_scene
+from .view_jobs import ViewJob, run_views
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +45,11 @@ EXPOSURE_RANGE = (0.8, 1.2)  # per-image gain, uniform
 DEFAULT_MAX_SCAN_POINTS = 3_000_000
 SPARSE_POINTS_TARGET = 4000  # candidate points seeded over all views (before track filtering)
 SPARSE_SEEDS_PER_VIEW = (150, 800)  # clamp for the per-view share of the target
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, array)
-
-
-def _save_png(path: Path, rgb: np.ndarray) -> None:
-    with atomic_path(path, suffix=".png") as tmp:
-        if not cv2.imwrite(str(tmp), rgb[:, :, ::-1]):
-            raise MVSError(f"{path}: could not write PNG")
+IMAGE_READ_AHEAD = 4  # images decoded ahead while colouring the sparse points
 
 
 def _check_args(name: str, views: int, width: int, height: int, seed: int,
-                scan_spacing: float | None, max_scan_points: int) -> None:
+                scan_spacing: float | None, max_scan_points: int, workers: int = 1, backend: str = "cpu") -> None:
     if name not in SCENE_NAMES:
         raise MVSError(f"synthetic scene '{name}' is unknown; choose one of {', '.join(SCENE_NAMES)}")
     if int(views) != views or views < sparse_mod.MIN_TRACK_LENGTH:
@@ -74,71 +63,58 @@ def _check_args(name: str, views: int, width: int, height: int, seed: int,
         raise MVSError(f"scan_spacing = {scan_spacing} m: need a value in [0.0001, 1]")
     if max_scan_points < 1000:
         raise MVSError(f"max_scan_points = {max_scan_points}: need at least 1000")
+    if int(workers) != workers or workers < 1:
+        raise MVSError(f"workers = {workers}: need an integer >= 1")
+    if backend not in ("cpu", "cuda"):
+        raise MVSError(f"backend = {backend!r}: need 'cpu' or 'cuda' (resolve 'auto' first)")
 
 
 def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, height: int = 600,
                    seed: int = 0, scans: bool = True, *, scan_spacing: float | None = None,
                    max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False,
-                   workers: int = 1) -> Path:
+                   workers: int = 1, backend: str = "cpu", timings: dict | None = None) -> Path:
     """Render scene `name` (one of SCENE_NAMES) into `out_dir` (layout in the module doc).
 
     scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
     scene's default (2 mm for object, 1 cm for courtyard and room). max_scan_points caps the
-    rays of all scans together. workers > 1 renders that many views at once in worker
-    processes, each rebuilding the (deterministic) scene; every view draws from its own seeded
-    generators, so the files do not depend on `workers`. Returns `out_dir`.
+    rays of all scans together. workers > 1 renders and writes that many views at once in
+    worker processes (view_jobs.py); the files do not depend on `workers`. backend "cuda"
+    evaluates the textures with CuPy (resolved by the caller); the images then agree with the
+    CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). `timings`, a dict, gets
+    each stage's wall time in seconds (scripts/bench_synth.py). Returns `out_dir`.
     """
-    _check_args(name, views, width, height, seed, scan_spacing, max_scan_points)
+    _check_args(name, views, width, height, seed, scan_spacing, max_scan_points, workers, backend)
     views, width, height, seed = int(views), int(width), int(height), int(seed)
     out_dir = Path(out_dir)
     # scene.json marks a finished scene: drop an old one first so a crash cannot leave it
     # describing files of a different run.
     (out_dir / "gt" / "scene.json").unlink(missing_ok=True)
+    start = time.perf_counter()
     spec = build_scene(name, views, width, height, seed)
     rc = spec.mesh.raycasting_scene()
+    if timings is not None:
+        timings["scene"] = time.perf_counter() - start
     names = [f"view_{k:03d}.png" for k in range(views)]
     stems = [Path(n).stem for n in names]
     gains = np.random.default_rng([seed, 0xE7]).uniform(*EXPOSURE_RANGE, size=views)
     seeds_per_view = int(np.clip(round(SPARSE_POINTS_TARGET / views), *SPARSE_SEEDS_PER_VIEW))
 
-    depth_min, depth_max = np.inf, 0.0
-    candidates = []
-
-    def render(k: int):
-        return render_view(spec, rc, spec.cameras[k], float(gains[k]), texture_seed=seed,
-                           noise_rng=np.random.default_rng([seed, 0x401, k]))
-
-    args = [(name, views, width, height, seed, k, float(gains[k])) for k in range(views)]
-    with ProcessPoolExecutor(max_workers=int(workers), mp_context=mp.get_context("spawn")) if workers > 1 \
-            else contextlib.nullcontext() as pool:
-        rendered = pool.map(_render_in_worker, args) if workers > 1 else map(render, range(views))
-        for k, rv in enumerate(tqdm(rendered, total=views, desc=f"synth {name}", unit="view", disable=not progress)):
-            cam = spec.cameras[k]
-            _save_png(out_dir / "images" / names[k], rv.rgb)
-            _save_npy(out_dir / "gt" / "depth" / f"{stems[k]}.npy", rv.depth)
-            _save_npy(out_dir / "gt" / "normal" / f"{stems[k]}.npy", rv.normal)
-            surface = rv.depth[rv.depth > 0]
-            if len(surface):
-                depth_min, depth_max = min(depth_min, float(surface.min())), max(depth_max, float(surface.max()))
-            candidates.append(sparse_mod.sample_candidates(cam, rv.depth, rv.normal, seeds_per_view,
-                                                           np.random.default_rng([seed, 0x5EED, k])))
-
-    model = _build_sparse(spec.cameras, rc, candidates, out_dir, stems, seed, seeds_per_view)
-    sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
-
-    with atomic_path(out_dir / "gt" / "mesh.ply") as tmp:
-        if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
-            raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
-
-    scan_info, scan_list = None, []
-    if scans:
-        spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
-        scan_list = simulate_scans(spec, rc, spacing, max_scan_points)
-        write_scans(out_dir / "gt" / "eth3d", scan_list)
-        scan_info = {"count": len(scan_list), "requested_spacing_m": spacing,
-                     "reference_distance_m": spec.scan_reference_distance,
-                     "angular_step_rad": [s.angular_step for s in scan_list],
-                     "points": [len(s.points) for s in scan_list]}
+    # The mesh and the laser scans need no view: a thread makes them while the views render
+    # (in worker processes the main process would otherwise wait idle).
+    with ThreadPoolExecutor(max_workers=1) as side:
+        side_job = side.submit(_timed, timings, "mesh_and_scans", _write_mesh_and_scans, spec, out_dir, scans,
+                               scan_spacing, max_scan_points)
+        jobs = [ViewJob((name, views, width, height, seed), k, float(gains[k]), out_dir, stems[k], seeds_per_view,
+                        backend) for k in range(views)]
+        summaries = _timed(timings, "views", run_views, spec, rc, jobs, int(workers), progress)
+        ranges = [v.depth_range for v in summaries if v.depth_range is not None]
+        depth_min = min((r[0] for r in ranges), default=np.inf)
+        depth_max = max((r[1] for r in ranges), default=0.0)
+        candidates = [v.candidates for v in summaries]
+        model = _timed(timings, "sparse", _build_sparse, spec.cameras, rc, candidates, out_dir, stems, seed,
+                       seeds_per_view)
+        sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
+        scan_info, scan_list = side_job.result()
 
     _remove_stale(out_dir, stems, scan_list)
     obs = model.observations_per_view()
@@ -161,19 +137,34 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     return out_dir
 
 
-_WORKER_SCENE: dict = {}
+def _timed(timings: dict | None, stage: str, fn, *args):
+    """fn(*args), its wall time (s) added to timings[stage] when timings is a dict."""
+    start = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        if timings is not None:
+            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - start
 
 
-def _render_in_worker(args):
-    """One view rendered in a worker process (the scene is built once per process)."""
-    name, views, width, height, seed, k, gain = args
-    key = (name, views, width, height, seed)
-    if key not in _WORKER_SCENE:
-        spec = build_scene(name, views, width, height, seed)
-        _WORKER_SCENE.clear()
-        _WORKER_SCENE[key] = (spec, spec.mesh.raycasting_scene())
-    spec, rc = _WORKER_SCENE[key]
-    return render_view(spec, rc, spec.cameras[k], gain, texture_seed=seed, noise_rng=np.random.default_rng([seed, 0x401, k]))
+def _write_mesh_and_scans(spec, out_dir: Path, scans: bool, scan_spacing: float | None,
+                          max_scan_points: int) -> tuple[dict | None, list]:
+    """gt/mesh.ply and, with `scans`, the laser scans; returns (scene.json's scan entry, scans).
+
+    Runs beside the views, so it casts into a RaycastingScene of its own: Open3D commits a
+    scene lazily at its first query, which two threads must not race on."""
+    with atomic_path(out_dir / "gt" / "mesh.ply") as tmp:
+        if not o3d.io.write_triangle_mesh(str(tmp), spec.mesh.to_legacy(), write_ascii=False):
+            raise MVSError(f"{out_dir / 'gt' / 'mesh.ply'}: open3d could not write the mesh")
+    if not scans:
+        return None, []
+    spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
+    scan_list = simulate_scans(spec, spec.mesh.raycasting_scene(), spacing, max_scan_points)
+    write_scans(out_dir / "gt" / "eth3d", scan_list)
+    return {"count": len(scan_list), "requested_spacing_m": spacing,
+            "reference_distance_m": spec.scan_reference_distance,
+            "angular_step_rad": [s.angular_step for s in scan_list],
+            "points": [len(s.points) for s in scan_list]}, scan_list
 
 
 def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
@@ -226,10 +217,23 @@ def _build_sparse(cameras, rc, candidates, out_dir: Path, stems: list[str], seed
                     sparse_mod.MIN_POINTS_PER_IMAGE, ", ".join(stems[v] for v in short[:5]))
     keypoints, point_idx = sparse_mod.observe(cameras, points, vis, np.random.default_rng([seed, 0x0B5]))
 
-    def load_image(v: int) -> np.ndarray:
+    def read_image(v: int) -> np.ndarray:
         img = cv2.imread(os.fspath(out_dir / "images" / f"{stems[v]}.png"), cv2.IMREAD_COLOR)
         return img[:, :, ::-1]
 
-    colors = sparse_mod.point_colors(None, len(points), keypoints, point_idx, load_image=load_image)
+    # point_colors asks for the views in order; decoding a few ahead in threads (cv2 releases the
+    # GIL) hides most of the PNG decoding (~0.1 s a view at 3200x2130) and keeps memory bounded.
+    with ThreadPoolExecutor(max_workers=IMAGE_READ_AHEAD) as pool:
+        ahead: dict[int, object] = {}
+
+        def load_image(v: int) -> np.ndarray:
+            for u in range(v, min(v + IMAGE_READ_AHEAD, len(stems))):
+                if u not in ahead:
+                    ahead[u] = pool.submit(read_image, u)
+            for u in [u for u in ahead if u < v]:  # views point_colors skipped
+                ahead.pop(u).cancel()
+            return ahead.pop(v).result()
+
+        colors = sparse_mod.point_colors(None, len(points), keypoints, point_idx, load_image=load_image)
     return sparse_mod.SparseModel(points=points, visible=vis, keypoints=keypoints,
                                   keypoint_point_idx=point_idx, colors=colors)

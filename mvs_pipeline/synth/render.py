@@ -5,6 +5,10 @@ footprint, see texture.py) -> Lambertian shading, ambient + direct light with ca
 (one shadow ray per lit pixel) -> per-image exposure gain -> gamma 2.2 -> Gaussian sensor
 noise -> 8-bit quantisation. Pixels whose ray hits nothing show a smooth, texture-free
 background (sky or studio backdrop) and have depth 0.
+
+`xp` (NumPy or CuPy) runs the texture, the bulk of the arithmetic; ray casting stays with
+Open3D's Embree scene on the CPU, and shading, noise and quantisation stay in NumPy so that
+both backends draw the same noise and only the texture's float64 rounding can differ.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ GAMMA = 2.2
 SHADOW_RAY_OFFSET = 1e-3  # m, shadow rays start this far off the surface (no self-shadowing)
 MIN_FOOTPRINT_COS = 0.25  # footprint stretch at grazing incidence is capped at 4x
 PIXELS_PER_BLOCK = 1 << 18  # pixels rendered at once (memory bound, not a speed knob)
+# With CuPy every array operation is a kernel launch (~10 us): larger blocks launch fewer of them
+# for the same pixels (~300 MB of host temporaries per block). The output does not depend on it.
+GPU_PIXELS_PER_BLOCK = 1 << 20
+# Embree threads per cast (0 = all cores). Worker processes set 1: one view per core already
+# fills the machine, and 16 processes x 16 threads thrash. Hits do not depend on it.
+ray_threads = 0
 
 # Linear-RGB backgrounds for rays that hit nothing.
 SKY_HORIZON = np.array([0.70, 0.78, 0.88])
@@ -72,21 +82,22 @@ def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: n
         return direct
     origins = points[lit] + SHADOW_RAY_OFFSET * normals[lit]
     if light.kind == "sun":
-        occluded = rc.test_occlusions(make_rays(origins, to_light[lit])).numpy()
+        occluded = rc.test_occlusions(make_rays(origins, to_light[lit]), nthreads=ray_threads).numpy()
     else:
         # Direction = full vector to the light, so t = 1 is the light itself.
-        occluded = rc.test_occlusions(make_rays(origins, np.asarray(light.vector) - origins), tfar=0.999).numpy()
+        occluded = rc.test_occlusions(make_rays(origins, np.asarray(light.vector) - origins), tfar=0.999,
+                                      nthreads=ray_threads).numpy()
     direct[lit] = np.where(occluded, 0.0, cosine[lit] * falloff[lit])
     return direct
 
 
 def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, dirs: np.ndarray,
-                  texture_seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  texture_seed: int, xp=np) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rays [N, 3] (camera-frame z = 1) -> (linear RGB [N, 3] float64, depth [N] float32,
     camera-frame normals [N, 3] float32, material [N] int16)."""
     n = len(dirs)
     center = cam.center
-    hit = rc.cast_rays(make_rays(center, dirs))
+    hit = rc.cast_rays(make_rays(center, dirs), nthreads=ray_threads)
     t_hit = hit["t_hit"].numpy()  # [N] float32; z-depth because d_cam.z = 1
     valid = np.isfinite(t_hit)
     idx = np.flatnonzero(valid)
@@ -106,10 +117,13 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
 
     mat_ids = spec.mesh.material_ids[prim]
     albedo = np.empty((len(idx), 3))
+    to_host = np.asarray if xp is np else xp.asnumpy
+    points_x, footprint_x = xp.asarray(points), xp.asarray(footprint)
     for m in np.unique(mat_ids):
         sel = mat_ids == m
-        albedo[sel] = texture.albedo(spec.mesh.materials[m], points[sel], footprint[sel],
-                                     seed=texture_seed * 7919 + int(m))
+        sel_x = xp.asarray(sel)
+        albedo[sel] = to_host(texture.albedo(spec.mesh.materials[m], points_x[sel_x], footprint_x[sel_x],
+                                             seed=texture_seed * 7919 + int(m), xp=xp))
 
     shade = spec.light.ambient + (1.0 - spec.light.ambient) * _direct_light(spec, rc, points, n_world)
     linear = np.empty((n, 3))
@@ -126,7 +140,7 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
 
 
 def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, gain: float,
-                texture_seed: int, noise_rng: np.random.Generator) -> RenderedView:
+                texture_seed: int, noise_rng: np.random.Generator, xp=np) -> RenderedView:
     h, w = cam.height, cam.width
     rgb = np.empty((h, w, 3), dtype=np.uint8)
     depth = np.empty((h, w), dtype=np.float32)
@@ -134,13 +148,13 @@ def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera
     material = np.empty((h, w), dtype=np.int16)
     # Row blocks bound the float64 temporaries (~1 GB at 3200x2130 in one go); every pixel's
     # value is independent of the blocking, and the noise is drawn in row order.
-    rows_per_block = max(1, PIXELS_PER_BLOCK // w)
+    rows_per_block = max(1, (PIXELS_PER_BLOCK if xp is np else GPU_PIXELS_PER_BLOCK) // w)
     cols = np.arange(w) + 0.5  # COLMAP pixel centres: column i is at x = i + 0.5
     for r0 in range(0, h, rows_per_block):
         r1 = min(h, r0 + rows_per_block)
         cc, rr = np.meshgrid(cols, np.arange(r0, r1) + 0.5)
         dirs = cam.ray_directions(np.stack([cc.ravel(), rr.ravel()], axis=1))
-        linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed)
+        linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed, xp)
         encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
         encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)
         rgb[r0:r1] = np.clip(np.rint(encoded * 255.0), 0, 255).astype(np.uint8).reshape(r1 - r0, w, 3)

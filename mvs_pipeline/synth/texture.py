@@ -10,6 +10,10 @@ fades out as its wavelength approaches the pixel footprint. That approximates th
 integral a real sensor pixel takes (the faded octave is replaced by its mean, zero), and keeps
 the same scene matchable from 320x240 up to 3200x2130: fine octaves appear only when the
 resolution can carry them.
+
+Every function takes the array module `xp` (NumPy, or CuPy for the GPU backend) and runs the
+same element-wise operations with either; the values agree up to float64 rounding of the
+transcendental functions (tested in tests/synth/test_synth_parallel.py).
 """
 
 from __future__ import annotations
@@ -55,9 +59,9 @@ def _fade(w: np.ndarray) -> np.ndarray:
     return w * w * w * (w * (w * 6.0 - 15.0) + 10.0)
 
 
-def value_noise(p: np.ndarray, seed: int) -> np.ndarray:
-    """Smooth noise in [-1, 1] with unit lattice spacing; `p` [N, 3] float64 -> [N] float64."""
-    cell = np.floor(p)
+def value_noise(p: np.ndarray, seed: int, xp=np) -> np.ndarray:
+    """Smooth noise in [-1, 1] with unit lattice spacing; `p` [N, 3] float64 -> [N] float64 (xp arrays)."""
+    cell = xp.floor(p)
     frac = _fade(p - cell)
     idx = cell.astype(np.int64)
     s = _seed_hash(seed)
@@ -97,33 +101,37 @@ def _octave_rotation(seed: int, octave: int) -> np.ndarray:
     ])
 
 
-def octave_weight(wavelength: float, footprint: np.ndarray) -> np.ndarray:
+def octave_weight(wavelength: float, footprint: np.ndarray, xp=np) -> np.ndarray:
     """[N] in [0, 1]: how much of an octave survives at `footprint` metres per pixel."""
     px_per_wavelength = wavelength / footprint
-    return np.clip((px_per_wavelength - FADE_START_PX) / (FADE_END_PX - FADE_START_PX), 0.0, 1.0)
+    return xp.clip((px_per_wavelength - FADE_START_PX) / (FADE_END_PX - FADE_START_PX), 0.0, 1.0)
 
 
 def fbm_bands(points: np.ndarray, footprint: np.ndarray, wavelength: float, octaves: int,
-              persistence: float, seed: int, coarse_octaves: int = 3) -> tuple[np.ndarray, np.ndarray]:
+              persistence: float, seed: int, coarse_octaves: int = 3, xp=np) -> tuple[np.ndarray, np.ndarray]:
     """Band-limited fractal noise split into a coarse and a fine band, each of unit variance
     when all of its octaves are present (faded octaves lower the variance, as averaging would).
 
     points: [N, 3] float64 world coordinates (m); footprint: [N] float64 pixel size on the
     surface (m). Octave k has wavelength `wavelength / 2**k` and amplitude `persistence**k`;
-    octaves below `coarse_octaves` form the coarse band. Returns ([N], [N]) float64.
+    octaves below `coarse_octaves` form the coarse band. Returns ([N], [N]) float64 (xp arrays).
     """
-    bands = [np.zeros(len(points)), np.zeros(len(points))]
+    bands = [xp.zeros(len(points)), xp.zeros(len(points))]
     norm_sq = [0.0, 0.0]
     for k in range(octaves):
         band = 0 if k < coarse_octaves else 1
         lam = wavelength / 2.0**k
         amp = persistence**k
         norm_sq[band] += amp * amp
-        w = octave_weight(lam, footprint)
-        if not np.any(w > 0.0):
+        w = octave_weight(lam, footprint, xp)
+        live = xp.flatnonzero(w > 0.0)
+        if len(live) == 0:
             continue  # finer octaves only fade further; keep summing norm_sq for a stable scale
-        p = points @ (_octave_rotation(seed, k).T / lam)
-        bands[band] += (amp * w) * value_noise(p, seed * 131 + k)
+        rotation = xp.asarray(_octave_rotation(seed, k).T / lam)
+        if len(live) == len(w):
+            bands[band] += (amp * w) * value_noise(points @ rotation, seed * 131 + k, xp)
+        else:  # noise only where the octave survives: distant pixels fade the fine octaves out
+            bands[band][live] += (amp * w[live]) * value_noise(points[live] @ rotation, seed * 131 + k, xp)
     return tuple(b / (np.sqrt(max(n, 1e-12)) * VALUE_NOISE_STD) for b, n in zip(bands, norm_sq))
 
 
@@ -143,29 +151,29 @@ class Material:
     detail: float = 0.4  # relative brightness modulation by the fine band (0 = none)
 
 
-def albedo(material: Material, points: np.ndarray, footprint: np.ndarray, seed: int) -> np.ndarray:
-    """[N, 3] float64 linear albedo of `material` at world points [N, 3] (footprint [N] in m).
+def albedo(material: Material, points: np.ndarray, footprint: np.ndarray, seed: int, xp=np) -> np.ndarray:
+    """[N, 3] float64 linear albedo of `material` at world points [N, 3] (footprint [N] in m), xp arrays.
 
     The coarse band draws the pattern (sharpened by tanh into blotches or veins); the fine band
     both roughens the pattern's edges and modulates brightness directly, outside the tanh, so
     that flat-looking blotch interiors still carry pixel-scale detail for matching.
     """
     coarse, fine = fbm_bands(points, footprint, material.wavelength, material.octaves,
-                             material.persistence, seed)
+                             material.persistence, seed, xp=xp)
     n = coarse + 0.5 * fine
     if material.pattern == "fbm":
-        t = 0.5 + 0.5 * np.tanh(material.sharpness * n)
+        t = 0.5 + 0.5 * xp.tanh(material.sharpness * n)
     elif material.pattern == "marble":
         axis = np.asarray(material.stripe_axis, dtype=np.float64)
         axis = axis / np.linalg.norm(axis)
         # Veins: a stripe wave along `axis` whose phase the noise bends; the stripes themselves
         # are one coarse wavelength apart, so they never need band limiting.
-        phase = 2.0 * np.pi * (points @ axis) / material.wavelength + 2.0 * n
-        t = 0.5 + 0.5 * np.tanh(material.sharpness * np.sin(phase))
+        phase = 2.0 * np.pi * (points @ xp.asarray(axis)) / material.wavelength + 2.0 * n
+        t = 0.5 + 0.5 * xp.tanh(material.sharpness * xp.sin(phase))
     else:  # pragma: no cover - Literal guards it
         raise ValueError(f"unknown pattern {material.pattern!r}")
-    a = np.asarray(material.color_a, dtype=np.float64)
-    b = np.asarray(material.color_b, dtype=np.float64)
+    a = xp.asarray(material.color_a, dtype=xp.float64)
+    b = xp.asarray(material.color_b, dtype=xp.float64)
     # Normalised so the brightest texel keeps the colour's albedo: no new clipping in sunlight.
-    brightness = (1.0 + material.detail * np.tanh(fine)) / (1.0 + material.detail)
+    brightness = (1.0 + material.detail * xp.tanh(fine)) / (1.0 + material.detail)
     return (a + (b - a) * t[:, None]) * brightness[:, None]
