@@ -20,10 +20,10 @@ class SamplingConfig:
         "points", (1, 2**31 - 1)))
     ratio: float = field(default=0.1, metadata=meta(
         "FPS samples per (pooled) fused point when num_samples is null", "fraction", (1e-6, 1.0)))
-    max_samples: int | None = field(default=200_000, metadata=meta(
+    max_samples: int | None = field(default=None, metadata=meta(
         "cap on ratio * points when num_samples is null (null = no cap); exact FPS costs a few "
         "microseconds per sample on the GPU, so the cap bounds the stage's time", "points", (1, 2**31 - 1)))
-    keep_unsampled: bool = field(default=True, metadata=meta(
+    keep_unsampled: bool = field(default=False, metadata=meta(
         "the (pooled) points FPS did not pick follow the samples in fused_fps.ply, in their order: the file is "
         "then the whole (pooled) cloud and its first samples an exact FPS sample; false = the samples only"))
     start_index: int = field(default=0, metadata=meta(
@@ -31,7 +31,7 @@ class SamplingConfig:
     pre_pool_voxel_size: float | None = field(default=None, metadata=meta(
         "average the fused cloud per voxel of this edge before FPS (null = pre_pool_spacing decides)", "m",
         (1e-6, 1e3)))
-    pre_pool_spacing: float | None = field(default=2.0, metadata=meta(
+    pre_pool_spacing: float | None = field(default=None, metadata=meta(
         "when pre_pool_voxel_size is null: voxel edge as a multiple of the cloud's estimated point spacing "
         "(median nearest-neighbour distance, points/spacing.py); null = no pooling", "spacings", (0.1, 1e3)))
     transfer_attributes: bool = field(default=True, metadata=meta(

@@ -269,15 +269,14 @@ def test_stage_keeps_unsampled_points_after_the_fps_prefix(fused, tmp_path):
     np.testing.assert_array_equal(np.sort(got.extra["voxel_count"]), np.sort(pooled.extra["voxel_count"]))
 
 
-def test_default_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
-    """The default: pool at 2x the estimated spacing, FPS orders min(ratio * pooled, max_samples)
-    points first, every pooled point is written once."""
+def test_pooled_mode_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
+    """The pooled mode (BENCHMARKS session 6; not the default): pool at 2x the estimated spacing,
+    FPS orders min(ratio * pooled, max_samples) points first, every pooled point is written once."""
     from mvs_pipeline.sampling.points.spacing import estimate_spacing
     from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
 
     path, cloud = fused
-    cfg = SamplingConfig()
-    assert (cfg.pre_pool_spacing, cfg.keep_unsampled, cfg.max_samples) == (2.0, True, 200_000)
+    cfg = SamplingConfig(pre_pool_spacing=2.0, keep_unsampled=True, max_samples=200_000)
     paths = sampling.sample_fused_cloud(dataclasses.replace(cfg, max_samples=40), path, tmp_path / "d", backend="cpu")
     assert set(paths) == {"samples"}
     got = read_ply(paths["samples"])
