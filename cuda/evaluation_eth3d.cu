@@ -2,9 +2,9 @@
 // nearest-neighbour search (completeness). CPU twins: mvs_pipeline/evaluation/cpu.py,
 // sphere_grid.py; launchers: mvs_pipeline/evaluation/cuda.py.
 //
-// All geometry is evaluated in double: inputs are float32 (as the official program reads them),
-// and double arithmetic keeps our GPU and CPU classifications identical except for points
-// within ~1e-15 relative of a decision boundary.
+// The accuracy beam test runs in float32 exactly as the official accuracy.cc (every operation
+// rounded, Eigen's order, no FMA), so a reconstruction point on the beam's edge falls the same way
+// there, in the CPU twin and here; search windows and completeness distances are in double.
 
 #define ETH3D_PI 3.14159265358979323846
 #define ETH3D_INF __longlong_as_double(0x7ff0000000000000LL)  // +inf (no math_constants.h under NVRTC)
@@ -36,23 +36,35 @@ extern "C" __global__ void eth3d_sphere_cells(
     cells[k] = i * n_az + j;
 }
 
-// Test scan points [lo, hi) against X (scanner frame): candidate when d.X >= 0 and |d x X|^2 <= b2.
+// Eigen's float32 3-term sum (redux unrolled in halves): a0 + (a1 + a2); _rn intrinsics so that
+// nvcc contracts nothing into FMA (the official program, built for x86-64, rounds every step).
+__device__ __forceinline__ float eth3d_sum3(float a0, float a1, float a2)
+{
+    return __fadd_rn(a0, __fadd_rn(a1, a2));
+}
+
+__device__ __forceinline__ float eth3d_sq3(float a0, float a1, float a2)
+{
+    return eth3d_sum3(__fmul_rn(a0, a0), __fmul_rn(a1, a1), __fmul_rn(a2, a2));
+}
+
+// Test scan points [lo, hi) against X (scanner frame), the official ClassifyPoint in float32,
+// operation for operation: d = S / |S|, t = d.X, candidate when t >= 0 and |X - t d|^2 <= b2.
 __device__ __forceinline__ void eth3d_test_range(
     const float* __restrict__ pts, long long lo, long long hi,
-    double x0, double x1, double x2, double b2, double& best, bool& front)
+    float x0, float x1, float x2, float b2, double& best, bool& front)
 {
     for (long long k = lo; k < hi; ++k) {
-        const double s0 = pts[3 * k], s1 = pts[3 * k + 1], s2 = pts[3 * k + 2];
-        const double ns = sqrt(s0 * s0 + s1 * s1 + s2 * s2);
-        const double d0 = s0 / ns, d1 = s1 / ns, d2 = s2 / ns;
-        const double t = d0 * x0 + d1 * x1 + d2 * x2;
-        if (t < 0.0) continue;
-        const double c0 = d1 * x2 - d2 * x1;
-        const double c1 = d2 * x0 - d0 * x2;
-        const double c2 = d0 * x1 - d1 * x0;
-        if (c0 * c0 + c1 * c1 + c2 * c2 <= b2) {
-            const double e0 = s0 - x0, e1 = s1 - x1, e2 = s2 - x2;
-            const double dist2 = e0 * e0 + e1 * e1 + e2 * e2;
+        const float s0 = pts[3 * k], s1 = pts[3 * k + 1], s2 = pts[3 * k + 2];
+        const float ns = __fsqrt_rn(eth3d_sq3(s0, s1, s2));
+        const float d0 = __fdiv_rn(s0, ns), d1 = __fdiv_rn(s1, ns), d2 = __fdiv_rn(s2, ns);
+        const float t = eth3d_sum3(__fmul_rn(d0, x0), __fmul_rn(d1, x1), __fmul_rn(d2, x2));
+        if (t < 0.0f) continue;
+        const float c0 = __fsub_rn(x0, __fmul_rn(t, d0));
+        const float c1 = __fsub_rn(x1, __fmul_rn(t, d1));
+        const float c2 = __fsub_rn(x2, __fmul_rn(t, d2));
+        if (eth3d_sq3(c0, c1, c2) <= b2) {
+            const double dist2 = eth3d_sq3(__fsub_rn(s0, x0), __fsub_rn(s1, x1), __fsub_rn(s2, x2));
             if (dist2 < best) best = dist2;
             if (t < ns) front = true;
         }
@@ -87,12 +99,15 @@ extern "C" __global__ void eth3d_accuracy_classify(
     for (int s = 0; s < n_scans; ++s) {
         const double* R = rot + 9 * s;
         const double* T = trans + 3 * s;
-        const double x0 = R[0] * wx + R[1] * wy + R[2] * wz + T[0];
-        const double x1 = R[3] * wx + R[4] * wy + R[5] * wz + T[1];
-        const double x2 = R[6] * wx + R[7] * wy + R[8] * wz + T[2];
-        const double r = sqrt(x0 * x0 + x1 * x1 + x2 * x2);
-        const double b = beam_start + r * tan_div;
-        const double b2 = b * b;
+        // X = R x + t in float32 as accuracy.cc (R, T hold float32 values; see sphere_grid.py)
+        const float fx = (float)wx, fy = (float)wy, fz = (float)wz;
+        const float x0 = __fadd_rn(eth3d_sum3(__fmul_rn((float)R[0], fx), __fmul_rn((float)R[1], fy), __fmul_rn((float)R[2], fz)), (float)T[0]);
+        const float x1 = __fadd_rn(eth3d_sum3(__fmul_rn((float)R[3], fx), __fmul_rn((float)R[4], fy), __fmul_rn((float)R[5], fz)), (float)T[1]);
+        const float x2 = __fadd_rn(eth3d_sum3(__fmul_rn((float)R[6], fx), __fmul_rn((float)R[7], fy), __fmul_rn((float)R[8], fz)), (float)T[2]);
+        const float r = __fsqrt_rn(eth3d_sq3(x0, x1, x2));
+        const float fb = __fadd_rn((float)beam_start, __fmul_rn(r, (float)tan_div));
+        const float b2 = __fmul_rn(fb, fb);
+        const double b = fb;
         const int n_incl = n_incl_arr[s], n_az = n_az_arr[s];
         const long long base = start_base[s];
         const double ext_i = ETH3D_PI / n_incl, ext_a = 2.0 * ETH3D_PI / n_az;
@@ -102,14 +117,14 @@ extern "C" __global__ void eth3d_accuracy_classify(
         if (b >= r) {
             i0 = 0; i1 = n_incl - 1; all_az = true;
         } else {
-            const double incl = acos(fmin(1.0, fmax(-1.0, x2 / r)));
+            const double incl = acos(fmin(1.0, fmax(-1.0, (double)x2 / (double)r)));
             const double half_v = asin(b / r) + slack;
             i0 = (long long)floor((incl - half_v) / ext_i);
             i1 = (long long)floor((incl + half_v) / ext_i);
             if (i0 < 0) i0 = 0;
             if (i1 > n_incl - 1) i1 = n_incl - 1;
-            const double rh = sqrt(x0 * x0 + x1 * x1);
-            az = atan2(x1, x0);
+            const double rh = sqrt((double)x0 * x0 + (double)x1 * x1);  // window only: double as the CPU twin
+            az = atan2((double)x1, (double)x0);
             if (b >= rh) all_az = true;
             else half_a = asin(b / rh) + slack;
         }

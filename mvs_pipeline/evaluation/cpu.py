@@ -4,11 +4,14 @@ Accuracy classification (Numba, parallel over reconstruction points).
 
 For each reconstruction point x and each scan: X = x in the scanner frame, r = |X|, beam radius
 b = beam_start + r * tan(divergence). A scan point S (ray direction d = S / |S|) is a candidate
-when d.X >= 0 and |d x X|^2 <= b^2 (X within b of the ray). Over all candidates of all scans:
+when t = d.X >= 0 and |X - t d|^2 <= b^2 (X within b of the ray). Over all candidates of all scans:
     best_dist2 = min |S - X|^2            (inf when there is none)
     front      = any candidate with d.X < |S|   (X lies before the measured surface)
 The tolerance-dependent classes follow from these two numbers (see eth3d.classify_accuracy).
 Only candidate *search* is pruned (sphere_grid); the test itself is the definition.
+The test runs in float32 exactly as the official accuracy.cc (every operation rounded, Eigen's
+order, see _f and _sum3): in float64 a point on the beam's edge (|X - t d|^2 = b^2 to float32
+precision) could fall the other way and move a small cloud's accuracy by 3e-4 (issue #19 item 6).
 
 Early exit: once best_dist2 <= stop_dist2 (the smallest tolerance squared) the point is accurate
 for every tolerance and the remaining scans are skipped; best_dist2 is then only known to be
@@ -35,26 +38,41 @@ def _scan_range(starts, base, n_az, row, j0, j1):
 
 
 @numba.njit(cache=True, inline="always")
-def _test_range(pts, norms, lo, hi, x0, x1, x2, b2, best, front):
+def _f(x):
+    """x rounded to float32 (held in a float64): one float32 operation when x is the float64 result
+    of +, -, *, / or sqrt on float32 values (53 >= 2 * 24 + 2 bits, so no double rounding)."""
+    return np.float64(np.float32(x))
+
+
+@numba.njit(cache=True, inline="always")
+def _sum3(a0, a1, a2):
+    """Eigen's float32 3-term sum (redux unrolled in halves): a0 + (a1 + a2)."""
+    return _f(a0 + _f(a1 + a2))
+
+
+@numba.njit(cache=True, inline="always")
+def _test_range(pts, lo, hi, x0, x1, x2, b2, best, front):
+    # the official ClassifyPoint in float32, operation for operation: d = S / |S|, t = d.X,
+    # |X - t d|^2 <= b^2; distances float32 too (a beam tie then falls the way it falls there)
     for k in range(lo, hi):
         s0 = pts[k, 0]
         s1 = pts[k, 1]
         s2 = pts[k, 2]
-        ns = norms[k]
-        d0 = s0 / ns
-        d1 = s1 / ns
-        d2 = s2 / ns
-        t = d0 * x0 + d1 * x1 + d2 * x2
+        ns = _f(math.sqrt(_sum3(_f(s0 * s0), _f(s1 * s1), _f(s2 * s2))))
+        d0 = _f(s0 / ns)
+        d1 = _f(s1 / ns)
+        d2 = _f(s2 / ns)
+        t = _sum3(_f(d0 * x0), _f(d1 * x1), _f(d2 * x2))
         if t < 0.0:
             continue
-        c0 = d1 * x2 - d2 * x1
-        c1 = d2 * x0 - d0 * x2
-        c2 = d0 * x1 - d1 * x0
-        if c0 * c0 + c1 * c1 + c2 * c2 <= b2:
-            e0 = s0 - x0
-            e1 = s1 - x1
-            e2 = s2 - x2
-            dist2 = e0 * e0 + e1 * e1 + e2 * e2
+        c0 = _f(x0 - _f(t * d0))
+        c1 = _f(x1 - _f(t * d1))
+        c2 = _f(x2 - _f(t * d2))
+        if _sum3(_f(c0 * c0), _f(c1 * c1), _f(c2 * c2)) <= b2:
+            e0 = _f(s0 - x0)
+            e1 = _f(s1 - x1)
+            e2 = _f(s2 - x2)
+            dist2 = _sum3(_f(e0 * e0), _f(e1 * e1), _f(e2 * e2))
             if dist2 < best:
                 best = dist2
             if t < ns:
@@ -74,12 +92,13 @@ def _classify(xyz, rot, trans, pts, norms, starts, start_base, n_incl_arr, n_az_
             wx = xyz[i, 0]
             wy = xyz[i, 1]
             wz = xyz[i, 2]
-            x0 = rot[s, 0, 0] * wx + rot[s, 0, 1] * wy + rot[s, 0, 2] * wz + trans[s, 0]
-            x1 = rot[s, 1, 0] * wx + rot[s, 1, 1] * wy + rot[s, 1, 2] * wz + trans[s, 1]
-            x2 = rot[s, 2, 0] * wx + rot[s, 2, 1] * wy + rot[s, 2, 2] * wz + trans[s, 2]
-            r = math.sqrt(x0 * x0 + x1 * x1 + x2 * x2)
-            b = beam_start + r * tan_div
-            b2 = b * b
+            # X = R x + t in float32 as accuracy.cc (Eigen: (r0 x + (r1 y + r2 z)) + t)
+            x0 = _f(_sum3(_f(rot[s, 0, 0] * wx), _f(rot[s, 0, 1] * wy), _f(rot[s, 0, 2] * wz)) + trans[s, 0])
+            x1 = _f(_sum3(_f(rot[s, 1, 0] * wx), _f(rot[s, 1, 1] * wy), _f(rot[s, 1, 2] * wz)) + trans[s, 1])
+            x2 = _f(_sum3(_f(rot[s, 2, 0] * wx), _f(rot[s, 2, 1] * wy), _f(rot[s, 2, 2] * wz)) + trans[s, 2])
+            r = _f(math.sqrt(_sum3(_f(x0 * x0), _f(x1 * x1), _f(x2 * x2))))
+            b = _f(beam_start + _f(r * tan_div))
+            b2 = _f(b * b)
             n_incl = n_incl_arr[s]
             n_az = n_az_arr[s]
             base = start_base[s]
@@ -116,14 +135,14 @@ def _classify(xyz, rot, trans, pts, norms, starts, start_base, n_incl_arr, n_az_
             for row in range(i0, i1 + 1):
                 if j0 >= 0 and j1 < n_az:
                     lo, hi = _scan_range(starts, base, n_az, row, j0, j1)
-                    best, front = _test_range(pts, norms, lo, hi, x0, x1, x2, b2, best, front)
+                    best, front = _test_range(pts, lo, hi, x0, x1, x2, b2, best, front)
                 else:  # the window wraps around azimuth +-pi: two ranges
                     a0 = j0 % n_az
                     a1 = j1 % n_az
                     lo, hi = _scan_range(starts, base, n_az, row, a0, n_az - 1)
-                    best, front = _test_range(pts, norms, lo, hi, x0, x1, x2, b2, best, front)
+                    best, front = _test_range(pts, lo, hi, x0, x1, x2, b2, best, front)
                     lo, hi = _scan_range(starts, base, n_az, row, 0, a1)
-                    best, front = _test_range(pts, norms, lo, hi, x0, x1, x2, b2, best, front)
+                    best, front = _test_range(pts, lo, hi, x0, x1, x2, b2, best, front)
             if best <= stop_dist2:
                 break
         out_best[i] = best

@@ -132,7 +132,9 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
     if len(recon32) == 0:
         notes.append("the reconstruction has no points: every score is 0")
     which = resolve_backend(backend)
-    tan_div = math.tan(math.radians(beam_divergence_deg))
+    # the official program's float32 beam constants (main.cc: float deg * float(pi / 180), tan)
+    tan_div = float(np.float32(math.tan(float(np.float32(np.float32(math.pi / 180.0) * np.float32(beam_divergence_deg))))))
+    beam_start = float(np.float32(beam_start))
     seconds = {}
 
     t0 = time.perf_counter()

@@ -20,7 +20,6 @@ def reference_eth3d(recon_xyz, scans, tolerances, voxel_size=0.01, beam_start=1.
     tol = np.sort(np.asarray(tolerances, dtype=np.float64))
     recon = np.asarray(recon_xyz, dtype=np.float32).reshape(-1, 3)
     x_world = recon.astype(np.float64)
-    tan_div = np.tan(np.deg2rad(beam_divergence_deg))
 
     # Completeness: nearest reconstruction point of every GT point.
     # GT in world coordinates with the official program's float32 arithmetic (PCL's SSE
@@ -42,23 +41,35 @@ def reference_eth3d(recon_xyz, scans, tolerances, voxel_size=0.01, beam_start=1.
     if len(recon) == 0:
         completeness = np.zeros(len(tol))
 
-    # Accuracy: every (reconstruction point, scan point) pair through the exact beam test.
+    # Accuracy: every (reconstruction point, scan point) pair through the beam test, in float32
+    # as the official accuracy.cc computes it (Eigen's 3-term sums nest as a0 + (a1 + a2)):
+    # X = R^T x + R^T (-m), d = S / |S|, t = d.X, candidate when t >= 0 and |X - t d|^2 <= b^2.
+    f = np.float32
+
+    def sum3(a0, a1, a2):
+        return a0 + (a1 + a2)
+
     best = np.full(len(recon), np.inf)
     front = np.zeros(len(recon), dtype=bool)
+    tan32 = f(np.tan(f(f(np.pi / 180.0) * f(beam_divergence_deg))))
     for s in scans:
-        r_ws, t_ws = s.rotation, s.translation
-        x = (x_world - t_ws) @ r_ws  # [N, 3] scanner frame: R^T (x - t)
-        sp = s.points.astype(np.float64)
-        ns_ = np.linalg.norm(sp, axis=1)
+        rt = s.world_from_scan[:3, :3].astype(f).T
+        mt = -s.world_from_scan[:3, 3].astype(f)
+        tr = [sum3(rt[i, 0] * mt[0], rt[i, 1] * mt[1], rt[i, 2] * mt[2]) for i in range(3)]
+        x = np.stack([sum3(rt[i, 0] * recon[:, 0], rt[i, 1] * recon[:, 1], rt[i, 2] * recon[:, 2]) + tr[i]
+                      for i in range(3)], axis=1)  # [N, 3] float32
+        sp = s.points.astype(f)
+        ns_ = np.sqrt(sum3(sp[:, 0] * sp[:, 0], sp[:, 1] * sp[:, 1], sp[:, 2] * sp[:, 2]))
         keep = ns_ > 0
         sp, ns_ = sp[keep], ns_[keep]
         d = sp / ns_[:, None]  # [M, 3]
-        r = np.linalg.norm(x, axis=1)
-        b = beam_start + r * tan_div  # [N]
-        t = x @ d.T  # [N, M] distance along each ray
-        perp2 = np.maximum((x * x).sum(1)[:, None] - t * t, 0.0)
-        cand = (t >= 0) & (perp2 <= (b * b)[:, None])
-        dist2 = ((x[:, None, :] - sp[None, :, :]) ** 2).sum(-1)
+        r = np.sqrt(sum3(x[:, 0] * x[:, 0], x[:, 1] * x[:, 1], x[:, 2] * x[:, 2]))
+        b = f(beam_start) + r * tan32  # [N]
+        t = sum3(x[:, None, 0] * d[None, :, 0], x[:, None, 1] * d[None, :, 1], x[:, None, 2] * d[None, :, 2])  # [N, M]
+        e = [x[:, None, k] - t * d[None, :, k] for k in range(3)]
+        cand = (t >= 0) & (sum3(e[0] * e[0], e[1] * e[1], e[2] * e[2]) <= (b * b)[:, None])
+        q = [sp[None, :, k] - x[:, None, k] for k in range(3)]
+        dist2 = sum3(q[0] * q[0], q[1] * q[1], q[2] * q[2]).astype(np.float64)
         best = np.minimum(best, np.where(cand, dist2, np.inf).min(axis=1, initial=np.inf))
         front |= (cand & (t < ns_[None, :])).any(axis=1)
     accurate = best[None, :] <= tol[:, None] ** 2  # [T, N]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ANGLE_SLACK = 1e-7  # rad, added to both window half-widths
+ANGLE_SLACK = 1e-6  # rad, added to both window half-widths (covers the float32 beam test's ~1e-7 rad)
 MAX_INCLINATION_CELLS = 1024  # the official program uses 1024 x 2048 cells
 MIN_INCLINATION_CELLS = 8
 
@@ -62,13 +62,16 @@ class SphereGrids:
 
 
 def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse poses of rigid scans: (R [S, 3, 3], t [S, 3]) float64, x_scan = R @ x_world + t."""
+    """Inverse poses of rigid scans: (R [S, 3, 3], t [S, 3]), x_scan = R @ x_world + t, as the
+    official accuracy.cc holds them: R = M^T and t = R (-m) in float32 (Eigen's 3-term sums
+    nest to the right: a0 + (a1 + a2)); returned as float64 arrays of those float32 values."""
+    f = np.float32
     rs, ts = [], []
     for scan in scans:
-        r = scan.world_from_scan[:3, :3]
-        t = scan.world_from_scan[:3, 3]
-        rs.append(r.T)
-        ts.append(-(r.T @ t))
+        r = scan.world_from_scan[:3, :3].astype(f).T
+        mt = -scan.world_from_scan[:3, 3].astype(f)
+        rs.append(r)
+        ts.append([r[i, 0] * mt[0] + (r[i, 1] * mt[1] + r[i, 2] * mt[2]) for i in range(3)])
     return (np.ascontiguousarray(np.asarray(rs, dtype=np.float64).reshape(-1, 3, 3)),
             np.ascontiguousarray(np.asarray(ts, dtype=np.float64).reshape(-1, 3)))
 

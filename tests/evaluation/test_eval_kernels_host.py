@@ -34,6 +34,12 @@ static inline double host_ll_as_double(long long v) { double d; memcpy(&d, &v, 8
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __longlong_as_double host_ll_as_double
+// CUDA's round-to-nearest float intrinsics: plain IEEE float operations on the host (-ffp-contract=off)
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static void set_thread(long long i) { blockDim.x = 256; blockIdx.x = (unsigned)(i / 256); threadIdx.x = (unsigned)(i % 256); }
 """
 HOST_WRAPPERS = r"""
