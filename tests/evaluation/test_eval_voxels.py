@@ -1,74 +1,34 @@
 """Voxel weighting: the one-pass scores (voxels.tolerance_scores, Numba on the CPU) against the
-implementation they replaced, kept here verbatim as the reference (issue 21: numbers unchanged)."""
+implementation they replaced, which voxels.py keeps for reference.py (issue 21: numbers unchanged)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mvs_pipeline.evaluation.voxels import GRID_SHIFTS, sorted_cell_counts, tolerance_levels, tolerance_scores
+from mvs_pipeline.evaluation.voxels import (
+    GRID_SHIFTS,
+    cell_coords,
+    cell_ids,
+    pooled_cell_mean,
+    sorted_cell_counts,
+    tolerance_levels,
+    tolerance_scores,
+)
 
 TOL = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 
-# ---- the replaced implementation (voxels.py at d7279ba), copied unchanged -------------------
-def old_cell_coords(xp, xyz, voxel_size: float, shift: float):
-    xyz = xp.asarray(xyz, dtype=xp.float32)
-    inv = np.float32(1.0 / voxel_size)
-    scaled = xyz * inv
-    scaled = scaled + np.float32(shift)
-    return xp.floor(scaled).astype(xp.int64)
-
-
-def old_cell_ids(xp, xyz, voxel_size: float, shift: float):
-    n = int(xyz.shape[0])
-    if n == 0:
-        return xp.zeros(0, dtype=xp.int64), 0
-    c = old_cell_coords(xp, xyz, voxel_size, shift)
-    c = c - c.min(axis=0)
-    span = (c.max(axis=0) + 1).astype(xp.int64)
-    sx, sy, sz = (int(v) for v in (span.get() if hasattr(span, "get") else span))
-    if sx * sy * sz < 2**62:
-        key = (c[:, 2] * sy + c[:, 1]) * sx + c[:, 0]
-        _, inverse = xp.unique(key, return_inverse=True)
-    else:
-        _, inverse = np.unique(np.asarray(c), axis=0, return_inverse=True)
-        inverse = xp.asarray(inverse.reshape(-1))
-    inverse = inverse.reshape(-1).astype(xp.int64)
-    return inverse, int(inverse.max()) + 1
-
-
-def old_pooled_cell_mean(xp, cell_id_list, n_cells_list, numerator, denominator):
-    numerator = xp.asarray(numerator)
-    denominator = xp.asarray(denominator)
-    if numerator.ndim == 1:
-        numerator = numerator[None]
-    t = numerator.shape[0]
-    if denominator.ndim == 1:
-        denominator = xp.broadcast_to(denominator[None], (t, denominator.shape[0]))
-    total = np.zeros(t, dtype=np.float64)
-    count = np.zeros(t, dtype=np.int64)
-    for ids, n_cells in zip(cell_id_list, n_cells_list):
-        if n_cells == 0:
-            continue
-        for k in range(t):
-            num = xp.bincount(ids, weights=numerator[k].astype(xp.float64), minlength=n_cells)
-            den = xp.bincount(ids, weights=denominator[k].astype(xp.float64), minlength=n_cells)
-            used = den > 0
-            total[k] += float((num[used] / den[used]).sum())
-            count[k] += int(used.sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
-
-
+# ---- the replaced implementation: voxels.py's per-grid ids and per-cell mean (unchanged since
+# d7279ba, still what reference.py uses), composed as eth3d._scores_from_point_results did -------
 def old_scores(xyz, dist2, tol, voxel_size, front=None):
     """What eth3d._scores_from_point_results computed before (completeness when front is None)."""
     tol2 = np.asarray(tol, dtype=np.float64)[:, None] ** 2
     ok = dist2[None, :] <= tol2
-    ids, ns = zip(*(old_cell_ids(np, xyz, voxel_size, s) for s in GRID_SHIFTS))
+    ids, ns = zip(*(cell_ids(np, xyz, voxel_size, s) for s in GRID_SHIFTS))
     if front is None:
-        return old_pooled_cell_mean(np, ids, ns, ok, np.ones(xyz.shape[0]))
-    return old_pooled_cell_mean(np, ids, ns, ok, ok | (~ok & front[None, :]))
+        return pooled_cell_mean(np, ids, ns, ok, np.ones(xyz.shape[0]))
+    return pooled_cell_mean(np, ids, ns, ok, ok | (~ok & front[None, :]))
 # ---------------------------------------------------------------------------------------------
 
 
@@ -125,7 +85,7 @@ def test_levels_and_sorted_counts_match_numba_counts():
     tol2 = np.asarray(TOL) ** 2
     lv = tolerance_levels(np, dist2, tol2)
     np.testing.assert_array_equal(lv, np.searchsorted(tol2, dist2, side="left"))  # NaN sorts last: T
-    c = old_cell_coords(np, xyz, 0.01, 0.5)
+    c = cell_coords(np, xyz, 0.01, 0.5)
     c -= c.min(0)
     span = c.max(0) + 1
     keys = (c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0]
@@ -157,7 +117,7 @@ def test_cell_rounding_is_two_float32_steps():
     xyz = np.stack([picked, np.zeros_like(picked), np.zeros_like(picked)], 1)
     xyz = np.concatenate([xyz, xyz + np.float32(1.0)]).astype(np.float32)
     d2 = np.zeros(len(xyz))
-    c = old_cell_coords(np, xyz, voxel, shift)
+    c = cell_coords(np, xyz, voxel, shift)
     c -= c.min(0)
     span = c.max(0) + 1
     expect = np.unique((c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0], return_counts=True)[1]
@@ -182,7 +142,7 @@ def test_cuda_scores_equal_cpu(cupy, seed):
         np.testing.assert_allclose(b, a, rtol=1e-13, atol=0)
     if seed < 2:
         tol2 = np.asarray(TOL) ** 2
-        c = old_cell_coords(np, xyz, 0.01, 0.0)
+        c = cell_coords(np, xyz, 0.01, 0.0)
         c -= c.min(0)
         span = c.max(0) + 1
         keys = (c[:, 2] * span[1] + c[:, 1]) * span[0] + c[:, 0]
