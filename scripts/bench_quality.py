@@ -31,12 +31,19 @@ SUITES = {
 TOLERANCES = (0.01, 0.02, 0.05)
 
 
-def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str]) -> dict:
+def synthetic_scene(root: Path, kind: str, views: int, width: int, height: int, seed: int) -> tuple[str, Path]:
+    """(name, folder) of a suite scene under `root`, made with `mvs-pipeline synth` unless it exists."""
     name = f"{kind}_{views}x{width}x{height}_s{seed}"
-    scene, out = root / name, root / f"{name}_out"
+    scene = root / name
     if not (scene / "sparse").exists():
         mvs("synth", "--scene", kind, "--out", str(scene), "--views", str(views), "--width", str(width),
             "--height", str(height), "--seed", str(seed))
+    return name, scene
+
+
+def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str]) -> dict:
+    name, scene = synthetic_scene(root, kind, views, width, height, seed)
+    out = root / f"{name}_out"
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
     eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
     row = {"scene": name, "points": eth["num_reconstruction_points"], "seconds": round(wall, 1)}

@@ -5,8 +5,8 @@ scene, then fusion + evaluation run again for each setting on the same depth map
 Scenes: the quality suite's synthetic scenes (ETH3D accuracy / completeness / F1 of fused.ply at
 2 cm against exact ground truth) and, with --dtu, DTU scan 24 with its masks in fusion (mask
 precision in all views and in 90 % of views, mask coverage). Settings: one key at a time around
-the defaults, the combinations that matter (a looser normal angle with more views), and the
-free-space check against floaters (off by default).
+BASELINE (the defaults before this sweep chose new ones), the combinations that matter (a looser
+normal angle with more views), the free-space check against floaters and the triangulation angle.
 
     python scripts/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
 """
@@ -22,10 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import mvs  # noqa: E402 (same folder)
-from bench_quality import SUITES  # noqa: E402
+from bench_quality import SUITES, synthetic_scene  # noqa: E402
 
-DEFAULTS = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle": 10.0, "min_consistent": 2}
-# Each setting lists only what differs from DEFAULTS; {} is the default itself.
+# The defaults before session 6's sweep, every swept key pinned, so that a later change of the
+# config's defaults does not change what a row means. Each setting lists only what differs from
+# BASELINE; {} is the baseline itself.
+BASELINE = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle": 10.0, "min_consistent": 2,
+            "max_free_space_violations": None, "min_triangulation_angle": 0.0}
 SETTINGS = [
     {},
     {"max_normal_angle": 5.0}, {"max_normal_angle": 20.0}, {"max_normal_angle": 30.0}, {"max_normal_angle": 45.0},
@@ -49,14 +52,18 @@ EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.r
                    "--set", "evaluate.clouds=[fused]"]
 
 
+def _value(v) -> str:
+    return "null" if v is None else f"{v:g}"
+
+
 def label(setting: dict) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in setting.items()) or "defaults"
+    return ", ".join(f"{k}={_value(v)}" for k, v in setting.items()) or "baseline (old defaults)"
 
 
 def fusion_args(setting: dict) -> list[str]:
     out = []
-    for k, v in {**DEFAULTS, **setting}.items():
-        out += ["--set", f"fusion.{k}={v:g}"]
+    for k, v in {**BASELINE, **setting}.items():
+        out += ["--set", f"fusion.{k}={_value(v)}"]
     return out
 
 
@@ -99,12 +106,8 @@ def main(argv=None) -> int:
     extra = args.args.split()
     rows: list[dict] = []
     t0 = time.perf_counter()
-    for kind, views, width, height, seed in [] if args.no_synthetic else SUITES[args.suite]:
-        name = f"{kind}_{views}x{width}x{height}_s{seed}"
-        scene = args.root / name
-        if not (scene / "sparse").exists():
-            mvs("synth", "--scene", kind, "--out", str(scene), "--views", str(views), "--width", str(width),
-                "--height", str(height), "--seed", str(seed))
+    for spec in [] if args.no_synthetic else SUITES[args.suite]:
+        name, scene = synthetic_scene(args.root, *spec)
         gt = ["--gt", str(scene / "gt" / "eth3d" / "scan_alignment.mlp")]
         rows += sweep_scene(name, scene, args.root / f"{name}_out", extra + gt, synthetic_scores, settings)
     if args.dtu is not None:
