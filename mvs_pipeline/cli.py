@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 
@@ -76,3 +77,15 @@ def _catch_sigterm():
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def entry() -> None:
+    """The console script and `python -m mvs_pipeline`: main(), then leave without the interpreter's
+    teardown. Every output is written and closed by then (atomic writes, pools and clusters shut
+    down by their `with` blocks); what is left is freeing CuPy's memory pools, the CUDA context and
+    a thousand modules, 0.2 s of every run on the H100 machine. A traceback still exits normally."""
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -28,6 +28,13 @@ def on_gpu(a) -> bool:
 
 def import_cupy():
     """Return the cupy module, or raise BackendUnavailable with the reason."""
+    return _cupy_with_a_device()
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy_with_a_device():
+    """Asked once per process when it succeeds: launchers call import_cupy thousands of times in a
+    run and each device count is a driver call (0.1 s per run in all). A failure is not cached."""
     try:
         import cupy  # noqa: PLC0415 (optional dependency)
     except Exception as exc:  # ImportError, or CUDA libraries missing at import time

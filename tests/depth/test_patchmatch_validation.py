@@ -151,3 +151,38 @@ def test_finiteness_memo_only_for_read_only_images():
     with pytest.raises(MVSError, match="infinite"):
         P._check_image(bad, "bad")
     assert not P._known_finite(bad)
+
+
+def test_overlap_fractions_match_a_ray_by_ray_count():
+    """The batched overlap check against a plain loop over rays and depths, per source."""
+    from mvs_pipeline.depth.patchmatch.problem import overlap_fractions
+
+    rng = np.random.default_rng(5)
+    K = np.array([[100.0, 0, 40], [0, 100, 30], [0, 0, 1]])
+    S = 4
+    angles = rng.uniform(-0.6, 0.6, (S, 3))
+    R = np.stack([_rotation(a) for a in angles])
+    t = rng.uniform(-1, 1, (S, 3))
+    sizes = [(80, 60), (64, 48), (80, 60), (30, 90)]
+    got = overlap_fractions(K, (80, 60), np.stack([K] * S), sizes, R, t, 1.0, 6.0, grid=5, depths=3)
+    for s in range(S):
+        hits = total = 0
+        for d in np.geomspace(1.0, 6.0, 3):
+            for y in (np.arange(5) + 0.5) / 5 * 60:
+                for x in (np.arange(5) + 0.5) / 5 * 80:
+                    X = d * np.linalg.solve(K, [x, y, 1.0])
+                    Xs = R[s] @ X + t[s]
+                    u, v, w = K @ Xs
+                    total += 1
+                    hits += Xs[2] > 0 and 0 <= u / w <= sizes[s][0] and 0 <= v / w <= sizes[s][1]
+        assert got[s] == hits / total
+    assert 0 < got.max() and got.min() < 1  # the poses give partial overlaps, not a trivial case
+
+
+def _rotation(angles):
+    cx, cy, cz = np.cos(angles)
+    sx, sy, sz = np.sin(angles)
+    rx = np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]])
+    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+    rz = np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]])
+    return rz @ ry @ rx

@@ -59,6 +59,20 @@ def test_visibility_records_match_a_loop():
     assert words.dtype == np.uint32 and words.tolist() == expected
 
 
+@pytest.mark.parametrize("num_neighbors", [0, 1, 32])
+def test_visibility_records_edge_neighbour_counts(num_neighbors):
+    """No neighbour, one, and the 32 a uint32 mask holds (bit 31 included)."""
+    rng = np.random.default_rng(num_neighbors)
+    nb = rng.integers(0, 1000, num_neighbors).tolist()
+    masks = rng.integers(0, 2**32, 40, dtype=np.uint64).astype(np.uint32)
+    masks[:2] = [0, 2**32 - 1]
+    expected = []
+    for m in masks.tolist():
+        vis = [2] + [nb[k] for k in range(num_neighbors) if m >> k & 1]
+        expected += [len(vis), *vis]
+    assert visibility_records(2, nb, masks).tolist() == expected
+
+
 def test_vis_roundtrip_and_truncation(tmp_path):
     vis = [[0, 3, 2], [1], [4, 0]]
     path = tmp_path / "a.vis"

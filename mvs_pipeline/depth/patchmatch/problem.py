@@ -135,6 +135,13 @@ def _check_K(K, what: str) -> np.ndarray:
 
 def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_max, grid=9, depths=5) -> float:
     """Fraction of reference rays (grid x grid, at `depths` depths in range) landing in the source."""
+    return float(overlap_fractions(K_ref, size_ref, np.asarray(K_src)[None], [size_src], np.asarray(R)[None],
+                                   np.asarray(t)[None], depth_min, depth_max, grid, depths)[0])
+
+
+def overlap_fractions(K_ref, size_ref, K_src, sizes_src, R, t, depth_min, depth_max, grid=9, depths=5) -> np.ndarray:
+    """overlap_fraction for S sources at once (K_src, R [S, 3, 3], t [S, 3], sizes_src S (w, h)):
+    one NumPy pass instead of S, as validate_problem runs it for every source of every call."""
     w, h = size_ref
     xs = (np.arange(grid) + 0.5) / grid * w
     ys = (np.arange(grid) + 0.5) / grid * h
@@ -142,14 +149,15 @@ def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_ma
     rays = np.linalg.solve(K_ref, np.c_[px, np.ones(len(px))].T).T               # [G, 3] z = 1
     ds = np.geomspace(depth_min, depth_max, depths)
     X = (rays[None] * ds[:, None, None]).reshape(-1, 3)                          # [D*G, 3]
-    Xs = X @ R.T + t
-    z = Xs[:, 2]
-    proj = Xs @ K_src.T
+    Xs = np.einsum("sij,pj->spi", R, X) + np.asarray(t)[:, None, :]              # [S, D*G, 3]
+    z = Xs[..., 2]
+    proj = np.einsum("sij,spj->spi", K_src, Xs)
     with np.errstate(divide="ignore", invalid="ignore"):
-        u, v = proj[:, 0] / proj[:, 2], proj[:, 1] / proj[:, 2]
-    ws, hs = size_src
+        u, v = proj[..., 0] / proj[..., 2], proj[..., 1] / proj[..., 2]
+    sizes = np.asarray(sizes_src, dtype=np.float64).reshape(-1, 2)
+    ws, hs = sizes[:, :1], sizes[:, 1:]
     inside = (z > 0) & (u >= 0) & (u <= ws) & (v >= 0) & (v <= hs)
-    return float(inside.mean())
+    return inside.mean(axis=1)
 
 
 def _contiguous_float32(a):
@@ -253,9 +261,8 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
             raise MVSError(f"{name}: {what} is {w}x{h} but its principal point ({K[0, 2]:.1f}, {K[1, 2]:.1f}) "
                            f"lies outside it: image and camera sizes do not match")
 
-    for i in range(S):
-        frac = overlap_fraction(K_ref, (W, H), K_src[i], (srcs[i].shape[1], srcs[i].shape[0]),
-                                 R[i], t[i], dmin, dmax)
+    fractions = overlap_fractions(K_ref, (W, H), K_src, [(s.shape[1], s.shape[0]) for s in srcs], R, t, dmin, dmax)
+    for i, frac in enumerate(fractions):
         if frac == 0.0:
             raise MVSError(f"{name}: source {i} does not overlap the reference view anywhere in the depth "
                            f"range [{dmin:g}, {dmax:g}]")
