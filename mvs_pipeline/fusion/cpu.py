@@ -1,7 +1,7 @@
 """CPU twin of `cuda/fusion.cu` (Numba, float64): fuse one reference view against its neighbours.
 
-This module also owns the contract both backends share: the camera block layout, the neighbour
-limit, and the meaning of the `blocked` bits. The rules themselves are documented in
+The contract both backends share (camera block layout, neighbour limit, `blocked` bits) is in
+layout.py, which imports no Numba, so the CUDA path never pays for its import. The rules themselves are documented in
 `stage.py`; `fuse_slots` (views resident in a SlabPool, what the stage uses) and
 `fuse_reference` (views as dicts of arrays, what tests use) apply them to one reference view:
 
@@ -26,29 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-MAX_NEIGHBORS = 32  # bits of the per-point visibility mask (uint32); also the config's upper bound
-CAM_STRIDE = 36  # floats per camera block; layout in camera_block()
-BLOCKED = 1  # bit 0: consumed or masked out
-CLAIMED = 2  # bit 1: claimed during the current reference view
-
-
-def camera_block(K: np.ndarray, R: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """[CAM_STRIDE] float64: world_from_pixel (3x4), pixel_from_world (3x4), R^T (3x3), padding.
-
-    world_from_pixel maps (d*u, d*v, d) to the world point at z-depth d under image point (u, v):
-    X = R^T K^-1 (d*u, d*v, d) + C with C = -R^T t. pixel_from_world maps X to K (R X + t).
-    """
-    K = np.asarray(K, np.float64)
-    R = np.asarray(R, np.float64)
-    t = np.asarray(t, np.float64).reshape(3)
-    world_from_pixel = np.concatenate([R.T @ np.linalg.inv(K), (-R.T @ t)[:, None]], axis=1)  # [3, 4]
-    pixel_from_world = K @ np.concatenate([R, t[:, None]], axis=1)  # [3, 4]
-    block = np.zeros(CAM_STRIDE, np.float64)
-    block[0:12] = world_from_pixel.ravel()
-    block[12:24] = pixel_from_world.ravel()
-    block[24:33] = R.T.ravel()
-    return block
-
+# the contract both backends share, re-exported for the callers that use it with the twin
+from .layout import BLOCKED, CAM_STRIDE, CLAIMED, MAX_NEIGHBORS, camera_block, free_space_limit, triangulation_limit  # noqa: F401
 
 @njit(cache=True, inline="always")
 def _depth_valid(d):
@@ -284,17 +263,6 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
     for s in nb_slots:
         commit_claims(pool.blocked_view(s))
     return out
-
-
-def free_space_limit(max_violations: int | None) -> int:
-    """The kernels' violation limit: None (check off) becomes more violations than neighbours exist."""
-    return MAX_NEIGHBORS + 1 if max_violations is None else int(max_violations)
-
-
-def triangulation_limit(min_angle_deg: float) -> float:
-    """The kernels' largest allowed ray cosine; 0 degrees (check off) becomes 2, above any cosine, so
-    rounding of parallel rays (cosine 1 + eps) never drops a point."""
-    return 2.0 if min_angle_deg <= 0 else float(np.cos(np.radians(min_angle_deg)))
 
 
 def fuse_reference(ref: dict, neighbors: list[dict], cams: np.ndarray, **thresholds) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gpu.loader import get_kernel, import_cupy
-from .cpu import CAM_STRIDE, MAX_NEIGHBORS, free_space_limit, triangulation_limit
+from .layout import CAM_STRIDE, MAX_NEIGHBORS, free_space_limit, triangulation_limit
 
 BLOCK_2D = (32, 8)  # threads per block of the per-pixel kernel
 BLOCK_1D = 256

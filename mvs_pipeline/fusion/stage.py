@@ -58,7 +58,7 @@ from ..io.fused_ply import FusedCloudWriter
 from ..io.vis_file import colmap_image_indices, visibility_records
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
-from .cpu import MAX_NEIGHBORS, SlabPool, camera_block, fuse_slots
+from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, find_inputs, load_view
 from .params import FusionConfig
 
@@ -94,13 +94,15 @@ class _CpuEngine:
 
     def __init__(self):
         self.peak_bytes = 0
-        self.pool: SlabPool | None = None
+        self.pool = None  # cpu.SlabPool once opened
         self.free: list[int] = []
 
     def budget_bytes(self) -> int:
         return int(0.5 * _available_host_memory())
 
     def open(self, capacity: int, max_pixels: int) -> None:
+        from .cpu import SlabPool  # noqa: PLC0415 (Numba: imported only when the CPU backend runs)
+
         self.pool = SlabPool(capacity, max_pixels)
         self.free = list(range(capacity - 1, -1, -1))
 
@@ -115,6 +117,8 @@ class _CpuEngine:
         return marks
 
     def fuse(self, ref: int, nbs: list[int], cams: np.ndarray, cfg: FusionConfig) -> dict:
+        from .cpu import fuse_slots  # noqa: PLC0415
+
         out = fuse_slots(self.pool, ref, nbs, cams, **_thresholds(cfg))
         idx = np.flatnonzero(out["support"])
         return {"pixel": idx, "xyz": out["xyz"][idx].astype(np.float32), "normal": out["normal"][idx].astype(np.float32),

@@ -12,9 +12,9 @@ import time
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import import_cupy
 
-from . import cpu
 from . import cuda as kpm
-from .cpu_solver import restore_details
+from .detail_restore import restore_details
+from .layout import propagate_pass, refine_pass
 from .packing import pack_params
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
@@ -101,9 +101,9 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
         for it in range(params.iterations):
             f, i = kpm.device_params(*pack_params(params, problem, it, seed))
             for color in (0, 1):
-                kpm.launch_propagate(dev, options, block_y, f, i, color, cpu.propagate_pass(it, color),
+                kpm.launch_propagate(dev, options, block_y, f, i, color, propagate_pass(it, color),
                                      plane, cost, selected, weights)
-                kpm.launch_refine(dev, options, block_y, f, i, color, cpu.refine_pass(it, color),
+                kpm.launch_refine(dev, options, block_y, f, i, color, refine_pass(it, color),
                                   plane, cost, weights, params.num_refine)
             mark(f"iteration_{it}")
         if restore_margin is not None and prior_plane is not None and params.iterations > 0:

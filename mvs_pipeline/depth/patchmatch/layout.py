@@ -22,6 +22,15 @@ NUM_FPARAMS, NUM_IPARAMS = 13, 11
 
 # RNG pass ids: init is pass 0; iteration k, colour c uses 1 + 4k + 2c (propagate) and
 # 2 + 4k + 2c (refine). Draw ids within a pass are fixed per use (see each function).
+PASS_INIT = 0
+
+
+def propagate_pass(iteration: int, color: int) -> int:
+    return 1 + 4 * iteration + 2 * color
+
+
+def refine_pass(iteration: int, color: int) -> int:
+    return 2 + 4 * iteration + 2 * color
 
 
 def layout_compile_options() -> tuple[str, ...]:

@@ -44,7 +44,6 @@ from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
 from mvs_pipeline.gpu.loader import on_gpu
 
-from . import cpu as cpu_ops
 
 # Largest |log-weight| allowed, with a margin below float32's 3.4e38: keeps every log-weight
 # finite, so the largest one is a finite reference and every weight relative to it is defined.
@@ -136,6 +135,8 @@ def jbu_upsample(coarse_depth: np.ndarray, coarse_normal: np.ndarray, guide: np.
 
         d, n = kops.jbu_upsample(depth_c, normal_c, guide_f, radius, a_s, a_r)
         return (d, n) if keep_on_device else (d.get(), n.get())
+    from . import cpu as cpu_ops  # noqa: PLC0415 (Numba: imported only when the CPU backend runs)
+
     return cpu_ops.jbu_upsample(depth_c, normal_c, guide_f, radius, a_s, a_r)
 
 
@@ -160,4 +161,6 @@ def postfilter_depth(depth: np.ndarray, cost: np.ndarray, max_cost: float, media
 
         out = kops.postfilter_depth(depth_f, cost_f, threshold, bool(median))
         return out if keep_on_device else out.get()
+    from . import cpu as cpu_ops  # noqa: PLC0415 (Numba: imported only when the CPU backend runs)
+
     return cpu_ops.postfilter_depth(depth_f, cost_f, threshold, bool(median))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from numba import njit
 
+from ..layout import PASS_INIT, propagate_pass, refine_pass  # noqa: F401 (re-exported: the pass ids live with the layout)
+
 
 @njit(cache=True, inline="always")
 def pcg_hash(v):
@@ -26,16 +28,3 @@ def rng_u32(seed, pixel, pass_id, draw):
 def rng_uniform(seed, pixel, pass_id, draw):
     """Uniform in [0, 1) with 24 random bits: exactly representable in float32 on both sides."""
     return (rng_u32(seed, pixel, pass_id, draw) >> 8) * (1.0 / 16777216.0)
-
-
-
-
-PASS_INIT = 0
-
-
-def propagate_pass(iteration: int, color: int) -> int:
-    return 1 + 4 * iteration + 2 * color
-
-
-def refine_pass(iteration: int, color: int) -> int:
-    return 2 + 4 * iteration + 2 * color
