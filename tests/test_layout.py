@@ -109,14 +109,16 @@ def test_the_graph_sees_lazy_and_relative_imports():
 
 def test_the_cuda_path_imports_no_numba():
     """Numba's import costs 0.2-0.4 s of every GPU run (BENCHMARKS, session 7 profile): the modules
-    a CUDA run loads for its depth and fusion stages import the Numba twins only inside the CPU
+    a CUDA run loads for its depth, fusion and sampling stages import the Numba twins only inside the CPU
     branches."""
     import subprocess
     import sys
 
     modules = ["mvs_pipeline.cli", "mvs_pipeline.pipeline", "mvs_pipeline.depth.stage", "mvs_pipeline.fusion.stage",
                "mvs_pipeline.fusion.cuda", "mvs_pipeline.depth.patchmatch.cuda_solver",
-               "mvs_pipeline.depth.scale_ops.ops", "mvs_pipeline.io.vis_file"]
+               "mvs_pipeline.depth.scale_ops.ops", "mvs_pipeline.io.vis_file", "mvs_pipeline.sampling.stage",
+               "mvs_pipeline.sampling.points.fps.ops", "mvs_pipeline.sampling.points.three_nn.ops",
+               "mvs_pipeline.sampling.points.voxel_pool.ops", "mvs_pipeline.sampling.points.spacing"]
     code = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
             "import mvs_pipeline.cli as c; c.build_parser()\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'numba'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, check=True)

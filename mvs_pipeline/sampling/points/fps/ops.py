@@ -25,7 +25,6 @@ from mvs_pipeline.errors import BackendUnavailable, MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
 
 from ..validate import array_module, as_points, check_index, check_num_samples, gpu_memory_fallback, is_cupy_array
-from . import cpu as cpu_fps
 from .cuda import TREE_MAX_POINTS  # imports no CuPy
 
 log = logging.getLogger(__name__)
@@ -33,6 +32,13 @@ log = logging.getLogger(__name__)
 AUTO_TREE_MIN_POINTS = 16384
 CPU_LEAF_SIZE = 32
 METHODS = ("auto", "tree", "plain")
+
+
+def _twin():
+    """The Numba twin (cpu.py), imported on first CPU use: a GPU run never pays Numba's import."""
+    from . import cpu  # noqa: PLC0415
+
+    return cpu
 
 
 def _pick_method(method: str, n: int) -> str:
@@ -104,9 +110,9 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
     if resolved == "cpu":
         pts_cpu = _to_numpy(pts)
         if meth == "tree":
-            indices, d2 = cpu_fps.fps_tree(pts_cpu, m, start, leaf_size=leaf_size or CPU_LEAF_SIZE)
+            indices, d2 = _twin().fps_tree(pts_cpu, m, start, leaf_size=leaf_size or CPU_LEAF_SIZE)
         else:
-            indices, d2 = cpu_fps.fps_plain(pts_cpu, m, start)
+            indices, d2 = _twin().fps_plain(pts_cpu, m, start)
     indices, d2 = _like_input(indices, xyz), _like_input(d2, xyz)
     return (indices, d2) if return_d2 else indices
 
@@ -140,6 +146,6 @@ def farthest_point_sampling_batch(xyz, num_samples: int, start_index=0, *, backe
             resolved = _oom_fallback(what, backend, exc)
     if resolved == "cpu":
         pts_cpu = _to_numpy(pts)
-        fn = cpu_fps.fps_tree if n > AUTO_TREE_MIN_POINTS else cpu_fps.fps_plain
+        fn = _twin().fps_tree if n > AUTO_TREE_MIN_POINTS else _twin().fps_plain
         out = np.stack([fn(pts_cpu[i], m, int(starts[i]))[0] for i in range(b)])
     return _like_input(out, xyz)

@@ -29,11 +29,17 @@ from ..attributes import attribute_matrix, available_attributes, restore_attribu
 from ..grid import GridSpec, choose_grid
 from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, gpu_free_bytes, gpu_memory_fallback, is_cupy_array, to_host
-from . import cpu as cpu_nn
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EPS = 1e-8
+
+
+def _twin():
+    """The Numba twin (cpu.py), imported on first CPU use: a GPU run never pays Numba's import."""
+    from . import cpu  # noqa: PLC0415
+
+    return cpu
 
 
 def _gpu_three_nn(queries, known, grid: GridSpec):
@@ -71,7 +77,7 @@ def three_nn(unknown, known, *, backend: str = "auto", grid: GridSpec | None = N
         resolved = gpu_memory_fallback(f"three_nn grid of {m} known points", need, backend)
     if resolved == "cuda":
         return _gpu_three_nn(queries, known_pts, grid)
-    dist, idx = cpu_nn.three_nn(to_host(queries), to_host(known_pts), grid)
+    dist, idx = _twin().three_nn(to_host(queries), to_host(known_pts), grid)
     xp = array_module(unknown)
     return xp.asarray(dist), xp.asarray(idx.astype(np.int64))
 
@@ -120,7 +126,7 @@ def three_interpolate(features, idx, weight, *, backend: str = "auto"):
                                     cupy.ascontiguousarray(cupy.asarray(idx), dtype=cupy.int32),
                                     cupy.ascontiguousarray(cupy.asarray(weight), dtype=cupy.float32))
         return out if xp is not np else out.get()
-    out = cpu_nn.three_interpolate(to_host(features), to_host(idx), to_host(weight))
+    out = _twin().three_interpolate(to_host(features), to_host(idx), to_host(weight))
     return xp.asarray(out)
 
 
@@ -137,7 +143,7 @@ def three_interpolate_backward(grad_out, idx, weight, num_known: int, *, backend
                                              cupy.ascontiguousarray(cupy.asarray(weight), dtype=cupy.float32),
                                              int(num_known))
         return out if xp is not np else out.get()
-    return xp.asarray(cpu_nn.three_interpolate_backward(to_host(grad_out), to_host(idx), to_host(weight),
+    return xp.asarray(_twin().three_interpolate_backward(to_host(grad_out), to_host(idx), to_host(weight),
                                                          int(num_known)))
 
 

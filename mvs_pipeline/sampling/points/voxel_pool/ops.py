@@ -27,9 +27,15 @@ from mvs_pipeline.io.ply import PointCloud
 from ..attributes import attribute_matrix, available_attributes, restore_attributes
 from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
-from . import cpu as cpu_vp
 
 MAX_KEY = 2**62
+
+
+def _twin():
+    """The Numba twin (cpu.py), imported on first CPU use: a GPU run never pays Numba's import."""
+    from . import cpu  # noqa: PLC0415
+
+    return cpu
 
 
 @dataclass
@@ -63,7 +69,7 @@ def interval_mean(features, intervals: Intervals, backend: str):
         from . import cuda as kvp  # noqa: PLC0415
 
         return kvp.pool_mean(features, intervals.order, intervals.starts)
-    return cpu_vp.pool_mean(features, intervals.order, intervals.starts)
+    return _twin().pool_mean(features, intervals.order, intervals.starts)
 
 
 def interval_max(values, intervals: Intervals, backend: str):
@@ -72,7 +78,7 @@ def interval_max(values, intervals: Intervals, backend: str):
         from . import cuda as kvp  # noqa: PLC0415
 
         return kvp.pool_max(values, intervals.order, intervals.starts)
-    return cpu_vp.pool_max(values, intervals.order, intervals.starts)
+    return _twin().pool_max(values, intervals.order, intervals.starts)
 
 
 def voxel_coordinates(xyz, voxel_size: float, origin):
