@@ -28,7 +28,9 @@ from bench_quality import SUITES, synthetic_scene  # noqa: E402
 # config's defaults does not change what a row means. Each setting lists only what differs from
 # BASELINE; {} is the baseline itself.
 BASELINE = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle": 10.0, "min_consistent": 2,
-            "max_free_space_violations": None, "min_triangulation_angle": 0.0}
+            "max_free_space_violations": None, "min_triangulation_angle": 0.0, "min_texture": 0.0}
+# The defaults session 6 chose (setting 19), the base of the texture rows (session 7).
+SESSION6 = {"min_consistent": 1, "max_normal_angle": 30.0, "max_free_space_violations": 1}
 SETTINGS = [
     {},
     {"max_normal_angle": 5.0}, {"max_normal_angle": 20.0}, {"max_normal_angle": 30.0}, {"max_normal_angle": 45.0},
@@ -46,6 +48,7 @@ SETTINGS = [
     {"min_consistent": 1, "max_normal_angle": 20.0, "min_triangulation_angle": 2.0},
     {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0},
     {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0, "max_free_space_violations": 1},
+    *({**SESSION6, "min_texture": t} for t in (1.0, 1.5, 2.0, 3.0, 5.0)),  # 28..32: textureless pixels ignored
 ]
 # Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
 EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",

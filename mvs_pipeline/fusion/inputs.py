@@ -15,6 +15,11 @@ without source views no map); a depth map without its normal map, a truncated ma
 or mask whose size differs from the camera's, raise MVSError naming the file. NaN/inf depths are
 treated as "no depth" with a warning naming the file and the count. A view without a mask file
 (when mask_dir is set) uses all its pixels, as COLMAP does; the count is logged.
+
+Textureless pixels (`min_texture`): where the image's grey levels vary less than the threshold
+(standard deviation over the TEXTURE_WINDOW x TEXTURE_WINDOW neighbourhood, the PatchMatch window's
+size), a matching cost measures noise, and two views agreeing there by chance put floaters in the
+sky. Such pixels are blocked like masked ones: neither a reference pixel nor an agreeing neighbour.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ..scene.scene import Scene
 log = logging.getLogger(__name__)
 
 MAP_TYPES = ("geometric", "photometric")
+TEXTURE_WINDOW = 11  # px: side of the neighbourhood of min_texture (patchmatch.window_radius 5)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class HostView:
     blocked: np.ndarray  # [H, W] uint8: 1 where the mask says ignore, else 0
     valid_pixels: int  # pixels with a positive finite depth (masked ones included)
     masked_pixels: int
+    textureless_pixels: int = 0  # blocked by min_texture (masked ones not counted again)
 
     @property
     def nbytes(self) -> int:
@@ -132,7 +139,16 @@ def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) 
                        f"{inp.width}x{inp.height}")
 
 
-def load_view(inp: ViewInputs) -> HostView:
+def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
+    """[H, W] float32: standard deviation of OpenCV's grey levels (0-255) over the window x window
+    neighbourhood of each pixel (borders reflected, as cv2.blur does)."""
+    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY).astype(np.float64)
+    mean = cv2.blur(grey, (window, window))
+    mean_sq = cv2.blur(grey * grey, (window, window))
+    return np.sqrt(np.maximum(mean_sq - mean * mean, 0.0)).astype(np.float32)
+
+
+def load_view(inp: ViewInputs, min_texture: float = 0.0) -> HostView:
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -159,5 +175,10 @@ def load_view(inp: ViewInputs) -> HostView:
         ignore = mask == 0
         blocked[ignore] = 1
         masked = int(np.count_nonzero(ignore))
+    textureless = 0
+    if min_texture > 0:
+        flat = (local_grey_std(bgr) < min_texture) & (blocked == 0)
+        blocked[flat] = 1
+        textureless = int(np.count_nonzero(flat))
     valid = int(np.count_nonzero(depth > 0))
-    return HostView(depth, normal, color, blocked, valid, masked)
+    return HostView(depth, normal, color, blocked, valid, masked, textureless)

@@ -33,6 +33,10 @@ class FusionConfig:
     min_triangulation_angle: float = field(default=0.0, metadata=meta(
         "drop a point unless some agreeing neighbour's ray meets the reference ray at this angle or more "
         "(0 = no check)", "degrees", (0.0, 90.0)))
+    min_texture: float = field(default=0.0, metadata=meta(
+        "ignore pixels whose 11x11 neighbourhood in the image has a grey-level standard deviation below this "
+        "(textureless sky and blank walls, where matching costs are noise; 0 = keep all)", "grey levels 0-255",
+        (0.0, 255.0)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -204,8 +204,9 @@ def make_engine(backend: str):
 
 class _ViewCache:
     def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, stats: dict):
+                 prefetch: int, stats: dict, min_texture: float = 0.0):
         self.engine = engine
+        self.min_texture = min_texture
         self.inputs = inputs
         self.plan = plan
         self.capacity = capacity
@@ -232,7 +233,7 @@ class _ViewCache:
         return steps[i] if i < len(steps) else float("inf")
 
     def _submit(self, v: int) -> None:
-        self.pending[v] = self.pool.submit(load_view, self.inputs[v])
+        self.pending[v] = self.pool.submit(load_view, self.inputs[v], self.min_texture)
 
     def acquire(self, step: int) -> dict[int, object]:
         """Make the views of plan[step] resident; start loading the next steps' views."""
@@ -253,6 +254,7 @@ class _ViewCache:
                 self.loaded_once.add(v)
                 self.stats["valid_pixels"] += host.valid_pixels
                 self.stats["masked_pixels"] += host.masked_pixels
+                self.stats["textureless_pixels"] += host.textureless_pixels
             else:
                 self.stats["reloads"] += 1
             self.resident[v] = self.engine.upload(host, blocked)
@@ -334,7 +336,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
                 progress: bool = True, stats: dict | None = None) -> Iterator[FusedChunk]:
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, masked_pixels=0, reloads=0, points=0)
+    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, reloads=0, points=0)
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
@@ -356,7 +358,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     log.info("fusion: %d reference views, %s maps, backend %s, cache %d views", len(refs), map_type,
              engine.name, capacity)
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
-    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats)
+    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
+                       min_texture=cfg.min_texture)
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)
