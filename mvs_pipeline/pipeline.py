@@ -224,7 +224,10 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
         if ctx.cfg.cluster.kind != "none" and "depth" in stages:   # the only stage that uses it; no --cluster, no dask
             from .cluster.client import open_client  # noqa: PLC0415
 
+            from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
+
             ctx.client = stack.enter_context(open_client(ctx.cfg.cluster))
+            warm_up_workers(ctx.client, ctx.backend)   # imports and CUDA context while load/views run here
         _run_stages(ctx, stages, timings, gpu_peaks, done)
         ctx.client = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,

@@ -7,14 +7,21 @@ into its own fresh folder:
   local1      --cluster local with 1 CPU worker process (CPU backend)
   local2      --cluster local with 2 CPU worker processes
   local-cuda  --cluster local-cuda (dask-cuda: one worker per visible GPU; CUDA backend)
+  cudaN       --cluster local-cuda with N workers = the first N GPUs (issue #18's scaling: cuda1, cuda2, cuda4)
 Each row: the depth stage's seconds (run.json; the cluster's start is outside it, the workers'
 first imports and kernel loads inside), the command's wall seconds, the tasks per worker, and
 whether every map file is byte-identical to the first mode's of the same backend. The issue's
 targets: local-cuda (1 GPU) within 5 % of none's depth stage; local2 >= 1.7x local1 on CPU.
+With `--stages` running fusion too, each row also says whether the fused cloud is the first
+mode's point set (sorted rows of xyz, normal, colour); with `--gpu-stats`, nvidia-smi is sampled
+every 250 ms during each mode: per GPU the share of samples with the GPU busy, its mean
+utilisation over those, and its peak memory.
 
     python scripts/bench_cluster.py --views 40 --width 1600 --height 1200 --modes none,local-cuda
     python scripts/bench_cluster.py --work W --modes none,local-cuda --keep   # none from an earlier call
     python scripts/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
+    python scripts/bench_cluster.py --views 80 --width 1600 --height 1200 --modes none,cuda1,cuda2 \
+        --stages load,views,depth,fusion,sampling --gpu-stats      # issue #18, on a 2-GPU machine
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"none": [], "local1": ["--cluster", "local", "--set", "cluster.workers=1"],
-         "local2": ["--cluster", "local", "--set", "cluster.workers=2"], "local-cuda": ["--cluster", "local-cuda"]}
+         "local2": ["--cluster", "local", "--set", "cluster.workers=2"], "local-cuda": ["--cluster", "local-cuda"],
+         **{f"cuda{n}": ["--cluster", "local-cuda", "--set", f"cluster.workers={n}"] for n in (1, 2, 4, 8)}}
 
 
 def mvs(*args: str) -> float:
@@ -47,6 +57,46 @@ def map_digests(out: Path) -> dict[str, str]:
             for p in sorted((out / "stereo").rglob("*.bin"))}
 
 
+def point_set_digest(out: Path) -> str | None:
+    """sha256 of the fused cloud's rows (xyz, normal, colour) sorted: equal clouds in any order."""
+    if not (out / "fused.ply").is_file():
+        return None
+    sys.path.insert(0, str(ROOT))   # run as a script from anywhere
+    from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
+
+    cloud = read_ply(out / "fused.ply")
+    rows = np.column_stack([cloud.xyz, cloud.normals, cloud.colors]).astype(np.float64)
+    rows = rows[np.lexsort(rows.T[::-1])]
+    return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
+
+
+class GpuSampler:
+    """nvidia-smi sampling every 250 ms in the background while one mode runs."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+                                      "--format=csv,noheader,nounits", "-lms", "250"],
+                                     stdout=path.open("w"), stderr=subprocess.DEVNULL)
+
+    def stop(self) -> dict:
+        self.proc.terminate()
+        self.proc.wait()
+        per_gpu: dict[str, list] = {}
+        for line in self.path.read_text().splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) == 3 and all(x.isdigit() for x in parts):
+                per_gpu.setdefault(parts[0], []).append((int(parts[1]), int(parts[2])))
+        stats = {}
+        for gpu, samples in per_gpu.items():
+            util = np.array([u for u, _ in samples], float)
+            busy = util[util > 0]
+            stats[gpu] = {"busy_share": round(float((util > 0).mean()), 3),
+                          "util_when_busy": round(float(busy.mean()), 1) if busy.size else 0.0,
+                          "mem_peak_mib": max(m for _, m in samples), "samples": len(samples)}
+        return stats
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
@@ -59,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="folder for the scene and outputs (default: a temp dir)")
     ap.add_argument("--keep", action="store_true",
                     help="reuse a mode's earlier output in --work instead of running it again (wall: nan)")
+    ap.add_argument("--stages", default="load,views,depth", help="the run's --stages (fusion adds the cloud check)")
+    ap.add_argument("--gpu-stats", action="store_true", help="sample nvidia-smi during each mode")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
@@ -67,7 +119,7 @@ def main(argv=None) -> int:
         mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(args.views), "--width",
             str(args.width), "--height", str(args.height), "--no-scans")
     sets = [a for kv in args.overrides for a in ("--set", kv)]
-    rows, reference = [], {}
+    rows, reference, clouds = [], {}, {}
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
         out = work / f"out_{mode}"
@@ -75,16 +127,26 @@ def main(argv=None) -> int:
             wall = float("nan")
         else:
             subprocess.run(["rm", "-rf", str(out)], check=True)
-            wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
-                       "--stages", "load,views,depth", *MODES[mode])
+            sampler = GpuSampler(work / f"gpu_{mode}.csv") if args.gpu_stats else None
+            try:
+                wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
+                           "--stages", args.stages, *MODES[mode])
+            finally:
+                gpus = sampler.stop() if sampler else None
         run = json.loads((out / "run.json").read_text())
         digests = map_digests(out)
         reference.setdefault(run["backend"], (mode, digests))
         ref_mode, ref_digests = reference[run["backend"]]
         workers = run["counts"].get("depth_cluster_workers", {})
+        cloud = point_set_digest(out)
+        ref_cloud = clouds.setdefault(run["backend"], (mode, cloud))
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
-                     "wall_s": round(wall, 2), "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
-                     "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT"})
+                     "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
+                     "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
+                     "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
+                     **({"cloud_points": run["counts"].get("fused_points"),
+                         "cloud_same_as": ref_cloud[0] if cloud == ref_cloud[1] else "DIFFERENT"} if cloud else {}),
+                     **({"gpus": gpus} if gpus else {})})
         print(json.dumps(rows[-1]), flush=True)
     base = {r["backend"]: r["depth_s"] for r in rows if r["mode"] == "none"}
     one = next((r["depth_s"] for r in rows if r["mode"] == "local1"), None)
@@ -94,10 +156,15 @@ def main(argv=None) -> int:
                   f"({100 * (r['depth_s'] / base[r['backend']] - 1):+.1f} %)")
         if r["mode"] == "local2" and one:
             print(f"local2 speed-up over local1: {one / r['depth_s']:.2f}x")
+    gpu1 = next((r for r in rows if r["mode"] == "cuda1"), None)
+    for r in rows:
+        if gpu1 and r["mode"].startswith("cuda") and r is not gpu1:
+            print(f"{r['mode']} over cuda1: depth stage {gpu1['depth_s'] / r['depth_s']:.2f}x, "
+                  f"whole command {gpu1['wall_s'] / r['wall_s']:.2f}x")
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0 if all(r["identical_to"] != "DIFFERENT" for r in rows) else 1
+    return 0 if all(r["identical_to"] != "DIFFERENT" and r.get("cloud_same_as") != "DIFFERENT" for r in rows) else 1
 
 
 if __name__ == "__main__":
