@@ -37,6 +37,7 @@ from ..errors import MVSError
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
+from .cluster_locality import worker_blocks
 from .passes import DepthPass
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
@@ -89,14 +90,14 @@ class WorkerCaches:
 
 def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
     """One (pass, view) on a worker; returns once its maps are queued for writing and the worker's
-    earlier maps are written. `pass_views`: the pass's views in submission order."""
+    earlier maps are written. `pass_views`: the views of this pass hinted to the same worker."""
     t0 = time.perf_counter()
     state = worker_state(job.token, lambda: WorkerCaches(job))
     scale = job.passes[pass_index].scale
     if pass_index not in state.prefetched:
-        # The worker's first task of the pass starts decoding the whole pass's images (this view's
-        # first, then those after it, which a worker is likely to get next), as the single-process
-        # stage does; decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
+        # The worker's first task of the pass starts decoding the images of every view hinted to
+        # this worker (this view's first), as the single-process stage does for the whole pass;
+        # decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
         state.prefetched.add(pass_index)
         at = pass_views.index(ref) if ref in pass_views else 0
         order = [ref, *pass_views[at:], *pass_views[:at]]
@@ -156,15 +157,19 @@ def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir
     return DepthJob(uuid.uuid4().hex, cfg, light, sel, passes, Path(out_dir).resolve(), backend)
 
 
-def _run_pass_tasks(client, job: DepthJob, pss: DepthPass, pending: list[int], attempt: int, retries: int,
-                    progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
+def _run_pass_tasks(client, job: DepthJob, pss: DepthPass, pending: list[int], hints: dict[int, str], attempt: int,
+                    retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
     """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
     reported); per-worker task counts and seconds into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
-    views = tuple(pending)
-    futures = [client.submit(run_view_task, job, ref, pss.index, views, key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}",
-                             retries=retries, pure=False) for ref in pending]
+    block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
+    for ref in pending:
+        block.setdefault(hints.get(ref), []).append(ref)
+    futures = [client.submit(run_view_task, job, ref, pss.index, tuple(block[hints.get(ref)]), key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}",
+                             retries=retries, pure=False,
+                             **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
+               for ref in pending]
     done, valid = 0, 0
     try:
         for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
@@ -190,6 +195,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     counts and seconds. `on_task_done(result)` (optional) is called in the client after each task."""
     sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
     job = _job(cfg, scene, sel, passes, out_dir, backend)
+    # the same block of neighbouring views on the same worker in every pass (loose hints)
+    hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
     computed, resumed, valid = 0, 0, 0
     seconds: dict[str, float] = {}
     workers: dict[str, dict] = {}
@@ -201,8 +208,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         start = time.perf_counter()
         try:
             for attempt in range(retries + 1):
-                tasks, task_valid = _run_pass_tasks(client, job, pss, pending, attempt, retries, progress, workers,
-                                                    on_task_done)
+                tasks, task_valid = _run_pass_tasks(client, job, pss, pending, hints, attempt, retries, progress,
+                                                    workers, on_task_done)
                 computed += tasks
                 valid += task_valid + flush_workers(client, job.token)
                 pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
