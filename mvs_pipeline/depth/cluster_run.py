@@ -7,13 +7,13 @@ stage does (stage.compute_view, same per-(pass, view) seed), so the maps are byt
 single-process run on the same backend, whichever worker computes which view and in which order.
 
 Writing overlaps computing, as in the single-process stage: a task queues its maps on the
-worker's background writer and returns once the worker's *earlier* maps are written (at most one
-view per worker thread in flight), so the GPU does not sit idle while a view's ~40 MB of maps
-(1600x1200) reach the disk. At the end of a pass every worker flushes its writer; then the
-client checks that every map of the pass is on disk and resubmits any view whose maps a dead
-worker took with it. So:
-  * a worker killed mid-pass loses at most its running task and its last queued maps; Dask
-    reruns the task elsewhere (`retries`), the end-of-pass check the rest;
+worker's background writer (8 threads, as the single-process stage's) and returns, so the GPU
+does not sit idle while a view's ~40 MB of maps (1600x1200) reach the disk: waiting for them cost
++143 % on one GPU, waiting for the previous view's +62 % (H200, 80 x 1600x1200). At the end of a
+pass every worker flushes its writer; then the client checks that every map of the pass is on
+disk and resubmits any view whose maps a dead worker took with it. So:
+  * a worker killed mid-pass loses its running task and the maps it had queued (at most the
+    writer's byte bound); Dask reruns the task elsewhere (`retries`), the end-of-pass check the rest;
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
 tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
@@ -61,7 +61,7 @@ class WorkerCaches:
     """One worker thread's caches for one run (the single-process stage's, kept across tasks)."""
 
     def __init__(self, job: DepthJob):
-        self.writer = MapWriter(threads=2, durable=job.cfg.depth.sync_maps,
+        self.writer = MapWriter(durable=job.cfg.depth.sync_maps,
                                 preview_max_size=job.cfg.depth.preview_max_size)
         self.textures = None
         max_map_bytes = 1 << 30
@@ -89,8 +89,8 @@ class WorkerCaches:
 
 
 def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
-    """One (pass, view) on a worker; returns once its maps are queued for writing and the worker's
-    earlier maps are written. `pass_views`: the views of this pass hinted to the same worker."""
+    """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
+    waits for them). `pass_views`: the views of this pass hinted to the same worker."""
     t0 = time.perf_counter()
     state = worker_state(job.token, lambda: WorkerCaches(job))
     scale = job.passes[pass_index].scale
@@ -106,7 +106,6 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
         state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
     compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
                  state.caches, Profile())
-    state.writer.flush(keep_last=1)   # this view's maps are written while the next task computes
     return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels()}
 
 
@@ -157,8 +156,8 @@ def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir
     return DepthJob(uuid.uuid4().hex, cfg, light, sel, passes, Path(out_dir).resolve(), backend)
 
 
-def _run_pass_tasks(client, job: DepthJob, pss: DepthPass, pending: list[int], hints: dict[int, str], attempt: int,
-                    retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
+def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
+                    attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
     """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
     reported); per-worker task counts and seconds into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
@@ -166,8 +165,8 @@ def _run_pass_tasks(client, job: DepthJob, pss: DepthPass, pending: list[int], h
     block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
     for ref in pending:
         block.setdefault(hints.get(ref), []).append(ref)
-    futures = [client.submit(run_view_task, job, ref, pss.index, tuple(block[hints.get(ref)]), key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}",
-                             retries=retries, pure=False,
+    futures = [client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]),
+                             key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
                              **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
                for ref in pending]
     done, valid = 0, 0
@@ -197,6 +196,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     job = _job(cfg, scene, sel, passes, out_dir, backend)
     # the same block of neighbouring views on the same worker in every pass (loose hints)
     hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
+    # sent to every worker once, not pickled into each of the (passes x views) tasks
+    job_ref = client.scatter(job, broadcast=True, hash=False)
     computed, resumed, valid = 0, 0, 0
     seconds: dict[str, float] = {}
     workers: dict[str, dict] = {}
@@ -208,8 +209,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         start = time.perf_counter()
         try:
             for attempt in range(retries + 1):
-                tasks, task_valid = _run_pass_tasks(client, job, pss, pending, hints, attempt, retries, progress,
-                                                    workers, on_task_done)
+                tasks, task_valid = _run_pass_tasks(client, job, job_ref, pss, pending, hints, attempt, retries,
+                                                    progress, workers, on_task_done)
                 computed += tasks
                 valid += task_valid + flush_workers(client, job.token)
                 pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
