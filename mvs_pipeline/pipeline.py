@@ -44,6 +44,7 @@ class RunContext:
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
     client: object = None  # distributed.Client while a --cluster run is open (cluster/client.py)
+    stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     backend: str = "cpu"  # resolved
     scene: object = None
     selection: object = None
@@ -187,6 +188,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
     try:
         for name in stages:
             t0 = time.perf_counter()
+            started = time.time()
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
@@ -195,6 +197,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
             timings[name] = round(time.perf_counter() - t0, 3)
+            ctx.stage_unix_times[name] = [round(started, 3), round(time.time(), 3)]   # to line up with e.g. nvidia-smi logs
             if pool is not None:
                 gpu_peaks[name] = int(pool.total_bytes())
             log.info("stage %s done in %.2f s", name, timings[name])
@@ -231,7 +234,8 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
         _run_stages(ctx, stages, timings, gpu_peaks, done)
         ctx.client = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
-              "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings, "counts": ctx.counts,
+              "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
+              "stage_unix_times": ctx.stage_unix_times, "counts": ctx.counts,
               "config": config_to_dict(ctx.cfg)}
     wall = process_seconds()
     if wall is not None:  # from the process's start: interpreter, imports and set-up count too

@@ -27,6 +27,7 @@ utilisation over those, and its peak memory.
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
 import os
@@ -87,18 +88,23 @@ class GpuSampler:
 
     def __init__(self, path: Path):
         self.path = path
-        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,index,utilization.gpu,memory.used",
                                       "--format=csv,noheader,nounits", "-lms", "250"],
                                      stdout=path.open("w"), stderr=subprocess.DEVNULL)
 
-    def stop(self) -> dict:
+    def stop(self, window: tuple[float, float] | None = None) -> dict:
+        """Per GPU, over the samples inside `window` (unix seconds; all when None): the share with
+        the GPU busy, its mean utilisation when busy, and the peak memory."""
         self.proc.terminate()
         self.proc.wait()
         per_gpu: dict[str, list] = {}
         for line in self.path.read_text().splitlines():
             parts = [x.strip() for x in line.split(",")]
-            if len(parts) == 3 and all(x.isdigit() for x in parts):
-                per_gpu.setdefault(parts[0], []).append((int(parts[1]), int(parts[2])))
+            if len(parts) != 4 or not all(x.isdigit() for x in parts[1:]):
+                continue
+            when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            if window is None or window[0] <= when <= window[1]:
+                per_gpu.setdefault(parts[1], []).append((int(parts[2]), int(parts[3])))
         stats = {}
         for gpu, samples in per_gpu.items():
             util = np.array([u for u, _ in samples], float)
@@ -132,6 +138,7 @@ def main(argv=None) -> int:
             str(args.width), "--height", str(args.height), "--no-scans")
     sets = [a for kv in args.overrides for a in ("--set", kv)]
     rows, reference, clouds = [], {}, {}
+    gpus = None
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
         out = work / f"out_{mode}"
@@ -144,7 +151,11 @@ def main(argv=None) -> int:
                 wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
                            "--stages", args.stages, *MODES[mode])
             finally:
-                gpus = sampler.stop() if sampler else None
+                if sampler:   # the depth stage's window, from run.json
+                    times = json.loads((out / "run.json").read_text()).get("stage_unix_times", {}) \
+                        if (out / "run.json").is_file() else {}
+                    gpus = {"whole": sampler.stop(), "depth": sampler.stop(tuple(times["depth"]))} \
+                        if "depth" in times else {"whole": sampler.stop()}
         run = json.loads((out / "run.json").read_text())
         digests = map_digests(out)
         reference.setdefault(run["backend"], (mode, digests))
