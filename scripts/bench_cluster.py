@@ -166,6 +166,8 @@ def main(argv=None) -> int:
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
                      "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
+                     "task_seconds_per_worker": sorted(round(w["seconds"], 2) for w in workers.values()),
+                     "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
