@@ -104,7 +104,7 @@ def write_ply(path: str | os.PathLike, cloud: PointCloud) -> None:
     else float32). A cloud of CuPy arrays is packed on the GPU (ply_records.pack_records)."""
     dtype = cloud_dtype(cloud, str(path))
     if type(cloud.xyz).__module__.startswith("cupy"):
-        write_records(path, dtype, pack_records(cloud, dtype).get())
+        write_records(path, dtype, pack_records(cloud, dtype))
         return
     arr = np.empty(len(cloud), dtype=dtype)
     for name, values in (("x", cloud.xyz[:, 0]), ("y", cloud.xyz[:, 1]), ("z", cloud.xyz[:, 2])):

@@ -187,11 +187,19 @@ def header(dtype: np.dtype, count: int) -> bytes:
 
 
 def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
-    """Write a binary PLY of `body` (host [N] records of `dtype`, or [N, R] uint8) atomically."""
-    body = np.ascontiguousarray(body)
-    count = body.shape[0]
+    """Write a binary PLY of `body` atomically: host [N] records of `dtype` or [N, R] uint8, or
+    CuPy [N, R] uint8 (downloaded in chunks while they are written, io/device_io.py)."""
+    on_gpu = _xp(body) is not np
+    if not on_gpu:
+        body = np.ascontiguousarray(body)
+    count = int(body.shape[0])
     if body.nbytes != count * dtype.itemsize:
         raise MVSError(f"{path}: {body.nbytes} bytes of records do not make {count} records of {dtype.itemsize}")
     with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
         f.write(header(dtype, count))
-        f.write(memoryview(body.reshape(-1).view(np.uint8)))
+        if on_gpu:
+            from .device_io import write_from_device  # noqa: PLC0415
+
+            write_from_device(f, body)
+        else:
+            f.write(memoryview(body.reshape(-1).view(np.uint8)))
