@@ -19,25 +19,14 @@ downloaded in one copy.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import plyfile
 
 from ..errors import MVSError
+from .point_cloud import PointCloud  # noqa: F401 (re-exported: io.ply.PointCloud is the usual import)
 from .ply_records import cloud_dtype, pack_records, read_layout, read_records, write_records
-
-
-@dataclass
-class PointCloud:
-    xyz: np.ndarray  # [N, 3] float32, or float64 for clouds read from double coordinates
-    normals: np.ndarray | None = None  # [N, 3] float32
-    colors: np.ndarray | None = None  # [N, 3] uint8
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [N] any numeric dtype
-
-    def __len__(self) -> int:
-        return int(self.xyz.shape[0])
 
 
 def read_vertex_element(path: str | os.PathLike, what: str = "PLY file") -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import MVSError
 from .atomic import atomic_path
+from .point_cloud import PointCloud
 
 # PLY type names (both spellings of the spec) -> little-endian NumPy type; writing uses the first
 # name of each type, as plyfile does.
@@ -114,8 +115,6 @@ def records_to_cloud(raw, dtype: np.dtype):
     """PointCloud of raw [N, R] uint8 vertex records (NumPy or CuPy, columns on the same module),
     with read_ply's rules: float32 xyz unless double, float32 normals, uint8 colours, the other
     properties as extra channels."""
-    from .ply import PointCloud  # noqa: PLC0415 (ply.py imports this module)
-
     xp = _xp(raw)
     names = dtype.names
     missing = [a for a in "xyz" if a not in names]
