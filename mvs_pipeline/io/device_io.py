@@ -14,6 +14,7 @@ are MemoryPointer's async copies (stable across CuPy versions, unlike ndarray.ge
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import numpy as np
@@ -27,6 +28,11 @@ def _pinned(cupy, nbytes: int) -> np.ndarray:
     """Page-locked uint8 NumPy buffer (cupyx.empty_pinned without importing cupyx, 0.15 s)."""
     mem = cupy.cuda.alloc_pinned_memory(max(1, nbytes))
     return np.ndarray((nbytes,), dtype=np.uint8, buffer=mem)
+
+
+def _address(buf: np.ndarray) -> ctypes.c_void_p:
+    # a c_void_p, not an int: CuPy before v13 reads `mem.value`
+    return ctypes.c_void_p(int(buf.ctypes.data))
 
 
 def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_bytes: int = CHUNK_BYTES):
@@ -48,7 +54,7 @@ def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_byte
             got = f.readinto(memoryview(buf)[:count])
             if got != count:
                 raise MVSError(f"{path}: file ends {nbytes - pos - (got or 0)} bytes early")
-            (out.data + pos).copy_from_host_async(buf.ctypes.data, count, stream)
+            (out.data + pos).copy_from_host_async(_address(buf), count, stream)
             done[k % 2] = stream.record()
     stream.synchronize()  # the pinned buffers go back to CuPy's pool when this returns
     return out
@@ -71,7 +77,7 @@ def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES) -> None:
     for k, pos in enumerate(range(0, n, chunk)):
         count = min(chunk, n - pos)
         buf = bufs[k % 2]  # written to the file two steps ago (f.write returned): free
-        (flat.data + pos).copy_to_host_async(buf.ctypes.data, count, stream)
+        (flat.data + pos).copy_to_host_async(_address(buf), count, stream)
         event = stream.record()
         if pending is not None:
             pending[2].synchronize()

@@ -112,7 +112,10 @@ class _Pooled:
 
 
 def _backend_for(pts, feats_width: int, backend: str, what: str) -> str:
-    """"cuda" or "cpu": arrays already on the GPU stay there; host arrays go to the GPU if it has room."""
+    """"cuda" or "cpu": an explicit "cpu" wins; otherwise arrays already on the GPU stay there and
+    host arrays go to the GPU if it has room."""
+    if backend == "cpu":
+        return "cpu"
     if array_module(pts) is not np:
         return "cuda"
     resolved = resolve_backend(backend)
