@@ -182,6 +182,25 @@ def test_cli_interpolate_voxelize_dsm(fused, tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_stage_reads_onto_the_device(fused, tmp_path, cupy, monkeypatch):
+    """On the GPU the stage never builds a host copy of fused.ply (read_ply is not called) and its
+    steps report their seconds."""
+    path, _ = fused
+
+    def host_read(*_args, **_kw):
+        raise AssertionError("the GPU path read fused.ply into host arrays")
+
+    monkeypatch.setattr(sampling, "read_ply", host_read)
+    timings = {}
+    paths = sampling.sample_fused_cloud(SamplingConfig(max_samples=50), path, tmp_path / "dev", backend="cuda",
+                                        timings=timings)
+    assert timings["num_samples"] == 50 and timings["written_points"] == timings["pooled_points"]
+    monkeypatch.undo()
+    cpu = sampling.sample_fused_cloud(SamplingConfig(max_samples=50), path, tmp_path / "cpu", backend="cpu")
+    assert paths["samples"].read_bytes() == cpu["samples"].read_bytes()
+
+
+@pytest.mark.gpu
 def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
     path, _ = fused
     for cfg in (exact_fps(num_samples=700, dsm=True, dsm_cell_size=0.1),
