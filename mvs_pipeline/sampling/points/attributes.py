@@ -67,7 +67,7 @@ def restore_attributes(out: PointCloud, values: np.ndarray, layout: list[tuple[s
             # Written out per column, not linalg.norm/sum: a fixed order of float32 operations, so
             # NumPy and CuPy round alike (tests compare the backends bit for bit).
             norm = xp.sqrt(block[:, :1] * block[:, :1] + block[:, 1:2] * block[:, 1:2] + block[:, 2:3] * block[:, 2:3])
-            out.normals = xp.where(norm > 0, block / xp.where(norm > 0, norm, 1), 0).astype(np.float32)
+            out.normals = xp.where(norm > 0, block / xp.where(norm > 0, norm, np.float32(1)), 0).astype(np.float32)
         elif name == "colors":
             out.colors = xp.clip(xp.rint(block), 0, 255).astype(np.uint8)
         else:
