@@ -12,7 +12,8 @@ the spacing, 200k FPS prefix, every pooled point written), `exact` (the old defa
 ratio 0.1 of all fused points, no pooling, no cap). Every row prints the stage's wall time (best of
 --repeat, outputs overwritten; the first run also compiles/loads kernels), the seconds of its steps
 in that best run (read, spacing estimate, pooling, FPS, output order, write, preview) and its output
-count. For clouds of at most --f1-max-points points it also prints F1 at --f1-tolerances of fused.ply
+count, and how long writing and fsyncing the output's bytes again takes there (the disk's share of
+`write`). For clouds of at most --f1-max-points points it also prints F1 at --f1-tolerances of fused.ply
 and of fused_fps.ply against points on the noiseless surfaces (precision: output points within the
 tolerance of a GT point; completeness: GT points within it of an output point; SciPy KD-trees).
 `--fps N:M` times farthest_point_sampling alone for N points -> M samples.
@@ -24,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -90,6 +92,22 @@ def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: 
         if wall < best:
             best, best_steps = wall, steps
     return best, best_steps, paths["samples"]
+
+
+def disk_check(path: Path) -> tuple[float, float]:
+    """(seconds to write `path`'s bytes to a new file in the same folder, seconds of its fsync):
+    how much of the stage's `write` step is the disk's (fused_fps.ply is written durably)."""
+    data = path.read_bytes()
+    probe = path.with_name(".disk_probe")
+    t0 = time.perf_counter()
+    with open(probe, "wb") as f:
+        f.write(data)
+        f.flush()
+        t1 = time.perf_counter()
+        os.fsync(f.fileno())
+    t2 = time.perf_counter()
+    probe.unlink()
+    return t1 - t0, t2 - t1
 
 
 def f1_scores(xyz: np.ndarray, gt: np.ndarray, gt_tree, tolerances: list[float]) -> list[float]:
@@ -167,6 +185,9 @@ def main() -> int:
                 split = ", ".join(f"{k} {row[k]:.2f}" for k in STEPS)
                 print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {row['samples']} points "
                       f"(pooled {row['pooled']}); steps: {split}", flush=True)
+                row["disk_write"], row["disk_fsync"] = disk_check(out)
+                print(f"  the same {out.stat().st_size / 2**30:.2f} GiB written again: {row['disk_write']:.2f} s, "
+                      f"fsync {row['disk_fsync']:.2f} s", flush=True)
                 if gt is not None:
                     row["f1"] = dict(zip(map(str, tolerances), f1_scores(read_ply(out).xyz, gt, gt_tree, tolerances)))
                     row["f1_fused"] = dict(zip(map(str, tolerances), fused_f1))
