@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_fps import commit, parse_count, surface_cloud  # noqa: E402
 
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE, ply_header  # noqa: E402
-from mvs_pipeline.io.ply import PointCloud, read_ply  # noqa: E402
+from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.sampling.params import SamplingConfig  # noqa: E402
 from mvs_pipeline.sampling.stage import sample_fused_cloud  # noqa: E402
 
