@@ -73,6 +73,7 @@ class WorkerCaches:
             max_map_bytes = import_cupy().cuda.runtime.memGetInfo()[0] // 4
         self.caches = ViewCaches(GreyImageCache(job.scene, threads=4), MapCache(max_map_bytes, self.writer.flush),
                                  self.writer, self.textures)
+        self.passes = job.passes
         self.prefetched: set[int] = set()   # passes whose images this worker started decoding
         self._reported_valid = 0
 
@@ -109,25 +110,29 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
     return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels()}
 
 
-def _flush_worker_states(token: str, dask_worker) -> int:
-    """Write every map a worker queued for run `token`; the valid depths not yet reported."""
+def _flush_worker_states(token: str, pass_index: int, dask_worker) -> int:
+    """Write every map a worker queued for run `token` and keep only pass `pass_index`'s in its
+    map cache (the next pass reads no older one); the valid depths not yet reported."""
     states = getattr(dask_worker, "_mvs_pipeline_state", {}).get(token, {})
     valid = 0
     for state in list(states.values()):
         state.writer.flush()
+        state.caches.maps.retain(state.passes[pass_index].owns)
         valid += state.new_valid_pixels()
     return valid
 
 
-async def _flush_on_worker(token: str, dask_worker=None) -> int:
+async def _flush_on_worker(token: str, pass_index: int, dask_worker=None) -> int:
     # in a thread: the worker's event loop keeps answering the scheduler while the disk catches up
-    return await asyncio.get_running_loop().run_in_executor(None, _flush_worker_states, token, dask_worker)
+    return await asyncio.get_running_loop().run_in_executor(None, _flush_worker_states, token, pass_index,
+                                                            dask_worker)
 
 
-def flush_workers(client, token: str) -> int:
-    """Every worker's queued maps of run `token` on disk; the valid depths they held. A worker that
-    died meanwhile answers with an error, ignored here: the caller finds its maps missing."""
-    answers = client.run(_flush_on_worker, token, on_error="return")
+def flush_workers(client, token: str, pass_index: int) -> int:
+    """Every worker's queued maps of run `token` on disk, its cache down to pass `pass_index`; the
+    valid depths they held. A worker that died meanwhile answers with an error, ignored here: the
+    caller finds its maps missing."""
+    answers = client.run(_flush_on_worker, token, pass_index, on_error="return")
     return sum(v for v in answers.values() if isinstance(v, int))
 
 
@@ -212,7 +217,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
                 tasks, task_valid = _run_pass_tasks(client, job, job_ref, pss, pending, hints, attempt, retries,
                                                     progress, workers, on_task_done)
                 computed += tasks
-                valid += task_valid + flush_workers(client, job.token)
+                valid += task_valid + flush_workers(client, job.token, pss.index)
                 pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
                 if not pending:
                     break

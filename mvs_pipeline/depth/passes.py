@@ -45,6 +45,12 @@ class DepthPass:
         """kind: depth | normal | cost."""
         return self.root / f"{kind}_maps" / f"{name}.{self.kind}.bin"
 
+    def owns(self, path: Path) -> bool:
+        """Whether `path` is one of this pass's map files (map_path of some kind and view)."""
+        # names may hold folders (COLMAP image names like "cam1/0001.jpg")
+        return path.name.endswith(f".{self.kind}.bin") and any(
+            path.is_relative_to(self.root / f"{k}_maps") for k in MAP_KINDS)
+
     def done(self, name: str) -> bool:
         """All three maps exist and are complete (each is written atomically, depth last; without
         fsync a power loss can leave a renamed file short, which then counts as not done)."""
