@@ -166,6 +166,8 @@ def main(argv=None) -> int:
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
                      "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
+                     "gpu_pool_peak_gib": {k: round(v / 2**30, 2) for k, v in
+                                           run.get("stage_gpu_pool_peak_bytes", {}).items()},
                      "task_seconds_per_worker": sorted(round(w["seconds"], 2) for w in workers.values()),
                      "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
