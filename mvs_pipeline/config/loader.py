@@ -175,7 +175,7 @@ def _build(cls: type, data: dict, origins: dict[str, str], prefix: str, errors: 
             errors.append(f"{where}: '{dotted}' = {value!r} has the wrong type, expected {_type_name(tp)}")
             continue
         lo_hi = f.metadata.get("range")
-        if lo_hi is not None and conv is not None:
+        if lo_hi is not None and conv is not None and not isinstance(conv, str):  # a str here is 'auto'
             items = conv if isinstance(conv, tuple) else (conv,)
             lo, hi = lo_hi
             bad = [v for v in items if not (lo <= v <= hi)]
