@@ -9,6 +9,7 @@ import logging
 import yaml
 
 from mvs_pipeline.cli import main
+from mvs_pipeline.evaluation.report import collect_run
 from tests.tiny_model import write_colmap_project
 
 # 5 views that all see every point: 4 candidate sources each, tracks of 5 views, 64 px images
@@ -32,6 +33,9 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     assert logged == [f"auto: {k} = {v['value']} ({v['reason']})" for k, v in record["auto"].items()]
     views_record = json.loads((out / "fingerprints" / "views.json").read_text())
     assert views_record["chain"]["views"]["views.num_neighbors"] == 4
+    _, sections = collect_run(out, with_figures=False)  # the report's Settings list them too
+    reason = record["auto"]["views.num_neighbors"]["reason"]
+    assert f"<li>views.num_neighbors = 4 ({reason})</li>" in sections[0]
 
 
 def test_a_later_stage_alone_resolves_from_the_prepared_scene(tmp_path):
