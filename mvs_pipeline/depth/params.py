@@ -16,9 +16,11 @@ from ..field_meta import meta
 #   default and what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
 # - configs/small.yaml's 160 px for images of at most ~640 px (its header): 320 px gets 2 scales,
 #   640 px 3. A single scale at 320 px leaves PatchMatch's 11x11 window no coarser view of
-#   weak texture. Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
-#   0.58), but small then also set fusion.min_consistent 1 against a default of 2: the pyramid's
-#   own share at 320-640 px is still to be measured (scripts/bench_quality.py, BENCHMARKS.md).
+#   weak texture. Measured when small was made (commit 28ebe90, CPU, 8-view 320x240 object,
+#   tests/evaluation/test_eval_end_to_end.py): F1@5cm 0.63 with one scale, 0.73 with two (both
+#   min_consistent 2). Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
+#   0.58), but small then also set fusion.min_consistent 1 against a default of 2; the pyramid's
+#   share with today's depth and fusion defaults is to be re-measured (scripts/bench_quality.py).
 # The rule takes small's value up to small's size bound and ACMM's above it; the number of views
 # plays no part: the pyramid is about image size (small.yaml's "few views" part is fusion's).
 SMALL_IMAGE_MAX_SIDE = 640  # px: configs/small.yaml's bound for "small images"
