@@ -224,6 +224,8 @@ def load_config(config: str | Path | None = None, overrides: list[str] | tuple[s
             origins[dotted] = f"--set {text}"
         _record_origins(value, ".".join(keys), origins, f"--set {text}")
     cfg = _build(PipelineConfig, data, origins, "", errors)
+    if len(errors) == 1:  # one bad value: one line naming the key, the value and where it came from
+        raise ConfigError(f"config: {errors[0]}")
     if errors:
         raise ConfigError(f"{len(errors)} problem(s) in config:\n  " + "\n  ".join(errors))
     return cfg
