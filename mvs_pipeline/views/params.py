@@ -11,7 +11,7 @@ from ..field_meta import meta
 
 # `auto` (not None, which means "off"/"keep" elsewhere): resolved from the scene by auto_num_neighbors
 # below; config/auto.py records the value and the reason with the run.
-DEFAULT_NUM_NEIGHBORS = 10  # ACMM's (and COLMAP's ETH3D) source count; every measured scene used it
+DEFAULT_NUM_NEIGHBORS = 10  # the default before `auto` (and the eth3d preset's); every measured scene used it
 
 
 def auto_num_neighbors(max_candidates: int) -> tuple[int, str]:
@@ -26,7 +26,7 @@ def auto_num_neighbors(max_candidates: int) -> tuple[int, str]:
     k = max(1, min(DEFAULT_NUM_NEIGHBORS, int(max_candidates)))
     if max_candidates < DEFAULT_NUM_NEIGHBORS:
         return k, f"every candidate: no view has more than {max_candidates} source views passing the pair filters"
-    return k, f"ACMM's {DEFAULT_NUM_NEIGHBORS}: views have up to {max_candidates} candidate source views"
+    return k, f"the cap of {DEFAULT_NUM_NEIGHBORS}: views have up to {max_candidates} candidate source views"
 
 
 @dataclass(frozen=True)
