@@ -12,8 +12,8 @@ from typing import Literal
 from ..field_meta import meta
 
 # `depth.coarsest_max_size: auto` (auto_coarsest_max_size below). The two measured regimes:
-# - ACMM's 1000 px, made for ETH3D's 3200 px images (3 scales: 3200, 1600, 800), is today's
-#   default and what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
+# - 1000 px, the default before `auto` (3200 px ETH3D images get 3 scales: 3200, 1600, 800), is
+#   what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
 # - configs/small.yaml's 160 px for images of at most ~640 px (its header): 320 px gets 2 scales,
 #   640 px 3. A single scale at 320 px leaves PatchMatch's 11x11 window no coarser view of
 #   weak texture. Measured when small was made (commit 28ebe90, CPU, 8-view 320x240 object,
@@ -21,11 +21,12 @@ from ..field_meta import meta
 #   min_consistent 2). Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
 #   0.58), but small then also set fusion.min_consistent 1 against a default of 2; the pyramid's
 #   share with today's depth and fusion defaults is to be re-measured (scripts/bench_quality.py).
-# The rule takes small's value up to small's size bound and ACMM's above it; the number of views
-# plays no part: the pyramid is about image size (small.yaml's "few views" part is fusion's).
+# The rule takes small's value up to small's size bound and the former default above it; the
+# number of views plays no part: the pyramid is about image size (small.yaml's "few views" part is
+# fusion's). Images of 641-1000 px keep one scale, as before: nothing measured says otherwise.
 SMALL_IMAGE_MAX_SIDE = 640  # px: configs/small.yaml's bound for "small images"
 SMALL_COARSEST_MAX_SIZE = 160  # px: configs/small.yaml's coarsest_max_size
-ACMM_COARSEST_MAX_SIZE = 1000  # px: ACMM's size bound, the default before `auto`
+LARGE_COARSEST_MAX_SIZE = 1000  # px: the default before `auto`
 
 
 def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
@@ -33,8 +34,8 @@ def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
     if long_side <= SMALL_IMAGE_MAX_SIDE:
         return SMALL_COARSEST_MAX_SIZE, (f"small images (long side {long_side} <= {SMALL_IMAGE_MAX_SIDE} px): "
                                          f"the small preset's {SMALL_COARSEST_MAX_SIZE} px")
-    return ACMM_COARSEST_MAX_SIZE, (f"long side {long_side} > {SMALL_IMAGE_MAX_SIDE} px: "
-                                    f"ACMM's {ACMM_COARSEST_MAX_SIZE} px")
+    return LARGE_COARSEST_MAX_SIZE, (f"long side {long_side} > {SMALL_IMAGE_MAX_SIDE} px: "
+                                     f"the former default {LARGE_COARSEST_MAX_SIZE} px")
 
 
 @dataclass(frozen=True)
