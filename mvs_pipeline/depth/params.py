@@ -19,8 +19,10 @@ from ..field_meta import meta
 #   weak texture. Measured when small was made (commit 28ebe90, CPU, 8-view 320x240 object,
 #   tests/evaluation/test_eval_end_to_end.py): F1@5cm 0.63 with one scale, 0.73 with two (both
 #   min_consistent 2). Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
-#   0.58), but small then also set fusion.min_consistent 1 against a default of 2; the pyramid's
-#   share with today's depth and fusion defaults is to be re-measured (scripts/bench_quality.py).
+#   0.58), but small then also set fusion.min_consistent 1 against a default of 2. With today's
+#   defaults (BENCHMARKS.md, "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
+#   0.648, two (coarsest 80 px) 0.695, three (40 px) 0.635: a coarser scale pays down to ~80 px.
+#   The GPU quality suite at 320/640 px is still to confirm it (scripts/bench_quality.py).
 # The rule takes small's value up to small's size bound and the former default above it; the
 # number of views plays no part: the pyramid is about image size (small.yaml's "few views" part is
 # fusion's). Images of 641-1000 px keep one scale, as before: nothing measured says otherwise.
