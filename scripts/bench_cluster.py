@@ -169,6 +169,10 @@ def main(argv=None) -> int:
                      "gpu_pool_peak_gib": {k: round(v / 2**30, 2) for k, v in
                                            run.get("stage_gpu_pool_peak_bytes", {}).items()},
                      "task_seconds_per_worker": sorted(round(w["seconds"], 2) for w in workers.values()),
+                     "task_categories_per_worker": [{k: round(v, 2) for k, v in w.get("seconds_by_category", {}).items()}
+                                                    for w in workers.values()],
+                     "none_categories": {k: round(v, 2) for k, v in
+                                         run["counts"].get("depth_seconds_by_category", {}).items()},
                      "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),

@@ -105,9 +105,12 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
         state.caches.images.prefetch((v, scale) for r in order for v in [r, *job.sel.neighbors[r]])
     else:
         state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
+    prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
+    prof.seconds["task_setup"] = time.perf_counter() - t0
     compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
-                 state.caches, Profile())
-    return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels()}
+                 state.caches, prof)
+    return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels(),
+            "seconds_by_category": prof.seconds}
 
 
 def _flush_worker_states(token: str, pass_index: int, dask_worker) -> int:
@@ -182,6 +185,9 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
             w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
             w["tasks"] += 1
             w["seconds"] = round(w["seconds"] + result["seconds"], 3)
+            by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
+            for k, v in result.get("seconds_by_category", {}).items():
+                by_category[k] = round(by_category.get(k, 0.0) + v, 4)
             done += 1
             valid += result["valid_pixels"]
             if on_task_done is not None:
