@@ -42,7 +42,8 @@ class FusionConfig:
     # scene of the quality suite; DTU scan 24 trades 0.5 pp mask precision for coverage.
     max_normal_angle: float = field(default=30.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
-    min_consistent: int | Literal["auto"] = field(default="auto", metadata=meta(
+    # 1, not auto: auto's 2 on scenes of 40+ views (fewer points) has no F1 measurement yet
+    min_consistent: int | Literal["auto"] = field(default=1, metadata=meta(
         "neighbours that must agree to keep a point (2 = seen consistently in 3 views; auto = 1 per 4 other "
         "views seeing a region, at least 1)", "views", (1, 32)))
     max_free_space_violations: int | None = field(default=1, metadata=meta(

@@ -43,9 +43,15 @@ def ring50(tmp_path_factory) -> Scene:
     return resized(read_scene(root / "images", root / "sparse" / "0"), 3200, 2130)
 
 
+# fusion.min_consistent is auto only on request (default 1: auto's 2 on 40+ views is not measured)
+ALL_AUTO = ["fusion.min_consistent=auto"]
+
+
 def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
-    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
+    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size"]
+    assert cfg.fusion.min_consistent == 1
+    assert unresolved_keys(load_config(None, ALL_AUTO))[-1] == "fusion.min_consistent"
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
                                                         "expected int | 'auto'"),
                            ("depth.coarsest_max_size=16", "'depth.coarsest_max_size' = 16 is out of range "
@@ -91,7 +97,7 @@ def test_views_per_observation_counts_each_observation():
 
 
 def test_ten_views_of_320_px_get_the_small_preset(object10):
-    cfg, resolved = resolve_auto(load_config(None), object10)
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 160, 1)
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
     assert "320 <= 640 px" in resolved[1].reason and "median of 4 views" in resolved[2].reason
@@ -100,18 +106,18 @@ def test_ten_views_of_320_px_get_the_small_preset(object10):
     sel = select_views(object10, cfg.views)
     assert sel.neighbors == select_views(object10, ViewsConfig(num_neighbors=10)).neighbors
     assert sel.neighbors == select_views(object10, ViewsConfig()).neighbors
-    assert resolve_fusion_config(FusionConfig(), object10, sel).min_consistent == 1
+    assert resolve_fusion_config(FusionConfig(min_consistent="auto"), object10, sel).min_consistent == 1
 
 
 def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
-    cfg, resolved = resolve_auto(load_config(None), ring50)
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size) == (10, 1000)
     assert num_scales(cfg.depth, 3200) == 3
     # every view sees every point here (tracks of ~50 views): 10 neighbours could agree -> 2
     assert ring50.views_per_observation() >= 40 and cfg.fusion.min_consistent == 2
     sel = select_views(ring50, ViewsConfig())
     assert max(len(n) for n in sel.neighbors) == 10
-    assert resolve_fusion_config(FusionConfig(), ring50, sel).min_consistent == 2
+    assert resolve_fusion_config(FusionConfig(min_consistent="auto"), ring50, sel).min_consistent == 2
     # max_image_size is applied before the size rule: 600 px images are small
     assert resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0].depth.coarsest_max_size == 160
 
@@ -123,7 +129,7 @@ def test_explicit_values_are_kept_and_not_reported(ring50):
 
 
 def test_resolved_yaml_explains_and_pins_the_values(object10, tmp_path):
-    cfg, resolved = resolve_auto(load_config(None), object10)
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
     text = annotate_yaml(dump_config(cfg), resolved)
     lines = text.splitlines()
     assert lines[0] == f"# auto: views.num_neighbors = 9 ({resolved[0].reason})"

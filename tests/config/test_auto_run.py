@@ -21,7 +21,7 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     out = tmp_path / "out"
     with caplog.at_level(logging.INFO, logger="mvs_pipeline.pipeline"):
         assert main(["-q", "run", str(tmp_path / "ws"), "-o", str(out), "--set", "backend=cpu",
-                     "--stages", "load,views"]) == 0
+                     "--set", "fusion.min_consistent=auto", "--stages", "load,views"]) == 0
     record = json.loads((out / "run.json").read_text())
     assert {k: v["value"] for k, v in record["auto"].items()} == EXPECTED
     assert record["auto"]["views.num_neighbors"]["reason"].startswith("every candidate: no view has more than 4")
@@ -61,4 +61,6 @@ def test_info_shows_what_run_would_resolve(tmp_path, capsys):
     write_colmap_project(tmp_path / "ws")
     assert main(["info", str(tmp_path / "ws")]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("auto:")]
-    assert [ln.split("(")[0].split(None, 1)[1].strip() for ln in lines] == [f"{k} = {v}" for k, v in EXPECTED.items()]
+    # info resolves the default config: fusion.min_consistent is 1 there, not auto
+    assert [ln.split("(")[0].split(None, 1)[1].strip() for ln in lines] == [
+        f"{k} = {v}" for k, v in EXPECTED.items() if k != "fusion.min_consistent"]
