@@ -259,7 +259,7 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
             from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
 
             ctx.client = stack.enter_context(open_client(ctx.cfg.cluster))
-            warm_up_workers(ctx.client, ctx.backend)   # imports and CUDA context while load/views run here
+            warm_up_workers(ctx.client, ctx.backend, ctx.cfg)   # imports and kernel loads while load/views run here
         _run_stages(ctx, stages, timings, gpu_peaks, done)
         ctx.client = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,

@@ -139,23 +139,28 @@ def flush_workers(client, token: str, pass_index: int) -> int:
     return sum(v for v in answers.values() if isinstance(v, int))
 
 
-def _warm_up(backend: str) -> None:
+def _warm_up(backend: str, cfg) -> None:
     from . import stage  # noqa: F401, PLC0415 (the solver's modules; numba on the CPU backend)
 
-    if backend == "cuda":
-        from ..gpu.loader import import_cupy  # noqa: PLC0415
+    if backend != "cuda":   # the CPU twins' compilation would compete with the client for the cores
+        return
+    from .warm_up import warm_up_solver  # noqa: PLC0415
 
-        import_cupy().zeros(1)   # the CUDA context
+    sources = cfg.views.num_neighbors if isinstance(cfg.views.num_neighbors, int) else 10
+    try:
+        warm_up_solver(cfg, sources, backend)
+    except Exception as exc:   # only a head start: the first task meets (and reports) any real problem
+        log.debug("depth: worker warm-up failed: %s", exc)
 
 
-async def _warm_up_on_worker(backend: str) -> None:
-    await asyncio.get_running_loop().run_in_executor(None, _warm_up, backend)
+async def _warm_up_on_worker(backend: str, cfg) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, _warm_up, backend, cfg)
 
 
-def warm_up_workers(client, backend: str) -> None:
-    """Start the workers' imports and CUDA context now (in the background, while the client loads
-    the scene and selects views) instead of in the first depth task (~1-2 s per worker)."""
-    client.run(_warm_up_on_worker, backend, wait=False)
+def warm_up_workers(client, backend: str, cfg) -> None:
+    """Start the workers' imports, CUDA context and kernel loads now (in the background, while the
+    client loads the scene and selects views) instead of in their first depth tasks."""
+    client.run(_warm_up_on_worker, backend, cfg, wait=False)
 
 
 def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir: Path, backend: str) -> DepthJob:
