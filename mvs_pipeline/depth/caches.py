@@ -108,7 +108,7 @@ class MapCache:
     """Maps of earlier passes, most recently used kept up to a byte budget. A pass's maps go in as
     they are computed (NumPy arrays, or CuPy arrays when the stage runs on the GPU: the next pass
     then reads them where they are); after a resume, or once pushed out, they are read from disk,
-    after `before_disk_read()` (the stage's writer flush: the file may still be queued)."""
+    after `before_disk_read(path)` (the stage's writer: the file may still be queued there)."""
 
     def __init__(self, max_bytes: int = 4 << 30, before_disk_read=None):
         self.max_bytes = max_bytes
@@ -134,7 +134,7 @@ class MapCache:
             self._cache.move_to_end(path)
             return self._cache[path]
         if self.before_disk_read is not None:
-            self.before_disk_read()
+            self.before_disk_read(path)
         if not path.is_file():
             raise MVSError(f"{path}: {kind} map of {what} is missing (delete stereo/ or run with --overwrite)")
         a = reader(path)

@@ -71,7 +71,7 @@ class WorkerCaches:
 
             self.textures = TextureCache()
             max_map_bytes = import_cupy().cuda.runtime.memGetInfo()[0] // 4
-        self.caches = ViewCaches(GreyImageCache(job.scene, threads=4), MapCache(max_map_bytes, self.writer.flush),
+        self.caches = ViewCaches(GreyImageCache(job.scene, threads=4), MapCache(max_map_bytes, self.writer.wait_for),
                                  self.writer, self.textures)
         self.passes = job.passes
         self.prefetched: set[int] = set()   # passes whose images this worker started decoding

@@ -168,9 +168,9 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
 
         textures = TextureCache()
         free, _ = import_cupy().cuda.runtime.memGetInfo()
-        maps = MapCache(max_bytes=free // 4, before_disk_read=writer.flush)   # on the device
+        maps = MapCache(max_bytes=free // 4, before_disk_read=writer.wait_for)   # on the device
     else:
-        maps = MapCache(before_disk_read=writer.flush)
+        maps = MapCache(before_disk_read=writer.wait_for)
     computed, resumed = 0, 0
     seconds: dict[str, float] = {}
     try:

@@ -107,17 +107,26 @@ class MapWriter:
                 valid = int((maps.depth > 0).sum())
             return time.perf_counter() - t0, valid
 
-        self._pending.append((self._pool.submit(job), maps.nbytes))
+        paths = frozenset(pss.map_path(kind, name) for kind in ("depth", "normal", "cost"))
+        self._pending.append((self._pool.submit(job), maps.nbytes, paths))
         self._pending_bytes += maps.nbytes
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
             self._wait_oldest()
 
     def _wait_oldest(self) -> None:
-        fut, nbytes = self._pending.popleft()
+        fut, nbytes, _ = self._pending.popleft()
         self._pending_bytes -= nbytes
         seconds, valid = fut.result()   # re-raises a failed write
         self.seconds += seconds
         self.valid_pixels += valid
+
+    def wait_for(self, path: Path) -> None:
+        """Return once `path` is not among the maps still queued here (a map read back from its
+        file must be complete; a file this writer never queued, e.g. a map another cluster worker
+        wrote, needs no wait: flushing everything there would stall each such read behind this
+        worker's own queue)."""
+        while any(path in paths for _, _, paths in self._pending):
+            self._wait_oldest()
 
     def flush(self, keep_last: int = 0) -> None:
         """Wait until every queued view but the `keep_last` most recent ones is written."""

@@ -100,9 +100,9 @@ def test_maps_read_back_from_files_give_the_same_maps(synth_scene_factory, tmp_p
     misses = []
 
     def no_room(max_bytes=0, before_disk_read=None):
-        def flush_and_count():
+        def flush_and_count(path):
             misses.append(1)
-            before_disk_read()
+            before_disk_read(path)
         return depth_caches.MapCache(0, flush_and_count)
 
     monkeypatch.setattr(depth_stage, "MapCache", no_room)
