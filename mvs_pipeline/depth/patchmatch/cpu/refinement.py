@@ -14,12 +14,14 @@ from ..layout import (
     F_SIGMA_SPATIAL,
     I_INV_DEPTH,
     I_NUM_REFINE,
+    I_PLANAR,
     I_RADIUS,
     I_SEED,
     I_STEP,
 )
 from .cost import ref_window, weighted_view_cost
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal
+from .planar import planar_penalty
 from .rng import rng_uniform
 
 
@@ -76,9 +78,12 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
                                         rng_uniform(seed, pixel, pass_id, base + 2), scale, r0, r1, r2)
         if not (hd >= dmin and hd <= dmax):
             continue
-        # pruned as soon as it cannot beat best_cost; otherwise weighted_cost(view_costs(...)) exactly
+        # planar-prior pass: the hypothesis' penalty, added after its photometric cost, which must
+        # then beat best_cost - penalty (the pruning bound)
+        pen = planar_penalty(geo[3][y, x], hx, hy, hz, hd, fparams) if iparams[I_PLANAR] != 0 else 0.0
+        # pruned as soon as it cannot beat the bound; otherwise weighted_cost(view_costs(...)) exactly
         c = weighted_view_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams,
-                               x, y, hx, hy, hz, hd, wts, best_cost, Hm)
+                               x, y, hx, hy, hz, hd, wts, best_cost - pen, Hm) + pen
         if c < best_cost:
             best_cost = c
             bnx, bny, bnz, bd = hx, hy, hz, hd
