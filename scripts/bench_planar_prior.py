@@ -88,11 +88,12 @@ def main_cli() -> None:
     ap.add_argument("--width", type=int, default=320)
     ap.add_argument("--height", type=int, default=240)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_planar_prior"))
     ap.add_argument("--low-std", type=float, default=2.0, help="grey levels: low-texture threshold")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra config override (both runs)")
     ap.add_argument("--only", choices=("off", "on"), default=None, help="run one side only")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here (scripts/gpu_check.sh)")
     a = ap.parse_args()
     scene = a.scene_dir
     if scene is None:
@@ -119,6 +120,8 @@ def main_cli() -> None:
                 row.append(f"{side}: 1%={s['within_1pct']:.3f} 2%={s['within_2pct']:.3f} "
                            f"med={s['median_rel']:.4f} (n={s['pixels']})")
             print("  ".join(row))
+    if a.json:
+        a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "result": result}, indent=1))
 
 
 if __name__ == "__main__":

@@ -78,14 +78,15 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
                                         rng_uniform(seed, pixel, pass_id, base + 2), scale, r0, r1, r2)
         if not (hd >= dmin and hd <= dmax):
             continue
-        # planar-prior pass: the hypothesis' penalty, added after its photometric cost, which must
-        # then beat best_cost - penalty (the pruning bound)
+        # planar-prior pass: the hypothesis' penalty is added to its photometric cost, which must
+        # then beat bound = best_cost - penalty (without the prior: penalty 0, bound best_cost)
         pen = planar_penalty(geo[3][y, x], hx, hy, hz, hd, fparams) if iparams[I_PLANAR] != 0 else 0.0
+        bound = best_cost - pen
         # pruned as soon as it cannot beat the bound; otherwise weighted_cost(view_costs(...)) exactly
         c = weighted_view_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams,
-                               x, y, hx, hy, hz, hd, wts, best_cost - pen, Hm) + pen
-        if c < best_cost:
-            best_cost = c
+                               x, y, hx, hy, hz, hd, wts, bound, Hm)
+        if c < bound:   # a pruned value is >= bound, so only fully scored hypotheses get here
+            best_cost = c + pen
             bnx, bny, bnz, bd = hx, hy, hz, hd
     plane[y, x, 0] = bnx
     plane[y, x, 1] = bny
