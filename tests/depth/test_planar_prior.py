@@ -100,13 +100,24 @@ def test_plan_with_planar_pass(tmp_path):
 
 
 @pytest.mark.slow
-def test_depth_stage_runs_the_planar_pass(synth_scene_factory, tmp_path):
+def test_depth_stage_runs_the_planar_pass_and_resumes_it(synth_scene_factory, tmp_path):
+    """The planar pass runs between the photometric and the geometric pass; resumed after the
+    photometric pass (its cost maps then come from their files, not the memory cache), it writes
+    the same maps."""
     scene = synth_scene_factory("room", views=5, width=200, height=150)
     out = tmp_path / "out"
-    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", "--set", "backend=cpu",
-                 "--set", "depth.planar_prior=true", "--set", "depth.geometric_passes=1",
-                 "--set", "patchmatch.iterations=1"]) == 0
-    planar = sorted((out / "stereo" / "depth_maps").glob("*.photometric.bin"))
-    first = sorted((out / "stereo" / "passes" / "s0_photometric" / "depth_maps").glob("*.photometric.bin"))
+    args = ["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", "--set", "backend=cpu",
+            "--set", "depth.planar_prior=true", "--set", "depth.geometric_passes=1", "--set", "patchmatch.iterations=1"]
+    assert main(args) == 0
+    stereo = out / "stereo"
+    planar = sorted((stereo / "depth_maps").glob("*.photometric.bin"))
+    first = sorted((stereo / "passes" / "s0_photometric" / "depth_maps").glob("*.photometric.bin"))
     assert len(planar) == len(first) == 5
-    assert len(sorted((out / "stereo" / "depth_maps").glob("*.geometric.bin"))) == 5
+    assert len(sorted((stereo / "depth_maps").glob("*.geometric.bin"))) == 5
+    # the planar pass changed the maps it started from
+    assert any(p.read_bytes() != q.read_bytes() for p, q in zip(planar, first))
+    later = {p: p.read_bytes() for p in sorted(stereo.glob("*_maps/*.bin"))}   # planar + geometric
+    for p in later:
+        p.unlink()
+    assert main(args) == 0
+    assert all(p.read_bytes() == b for p, b in later.items())
