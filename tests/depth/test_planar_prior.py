@@ -35,7 +35,8 @@ def _sparse_cost(rng, fraction=0.05):
 def test_prior_reproduces_a_plane_from_sparse_reliable_pixels():
     rng = np.random.default_rng(0)
     cost = _sparse_cost(rng)
-    depth = DEPTH * np.where(cost < 0.1, 1.0, rng.uniform(0.5, 2.0, (H, W))).astype(np.float32)   # noise elsewhere
+    # the reliable pixels on the plane, noise elsewhere
+    depth = DEPTH * np.where(cost < 0.1, 1.0, rng.uniform(0.5, 2.0, (H, W))).astype(np.float32)
     prior, stats = build_planar_prior(depth, np.zeros((H, W, 3)), cost, K, SETTINGS)
     has = prior[..., 3] > 0
     assert stats["support_points"] > 400 and stats["triangles_kept"] > 0.9 * stats["triangles"]
@@ -95,8 +96,8 @@ def test_plan_with_planar_pass(tmp_path):
         "x.png.photometric.bin"
     assert single[1].map_path("depth", "x.png") == tmp_path / "depth_maps" / "x.png.photometric.bin"
     only = plan_passes(DepthConfig(planar_prior=True, multi_scale=False, geometric_passes=0), tmp_path, 640)
-    assert [(p.id, p.final, p.root) for p in only] == [("s0_photometric", False, tmp_path / "passes" / "s0_photometric"),
-                                                       ("s0_planar", True, tmp_path)]
+    assert [(p.id, p.final, p.root) for p in only] == [
+        ("s0_photometric", False, tmp_path / "passes" / "s0_photometric"), ("s0_planar", True, tmp_path)]
 
 
 @pytest.mark.slow
