@@ -5,6 +5,9 @@ importing the config loader (which imports every stage's parameters to build `Pi
 Every field of a `<stage>/params.py` dataclass carries `meta(help, unit, range)`, and
 `configs/default.yaml` documents the same field with the same default (tests/config keeps the two
 in step). `None` means "auto": the stage resolves the value, logs it and saves it with the run.
+The string `auto` (type `int | Literal["auto"]`) marks a value resolved from the scene before the
+stages after load run (config/auto.py: log, config.resolved.yaml, run.json, fingerprints); its rule
+is a function beside the field, which the stage also applies when called directly with `auto`.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .config.auto import unresolved_keys
 from .config.loader import config_to_dict
 from .errors import MVSError
 from .io.atomic import atomic_write_text
@@ -97,6 +98,9 @@ def _config_items(cfg, sections: tuple[str, ...], top: tuple[str, ...] = ()) -> 
 def own_items(name: str, ctx) -> dict:
     """What stage `name` reads besides its upstream stage's outputs (`ctx` is pipeline.RunContext)."""
     cfg, out = ctx.cfg, Path(ctx.out_dir)
+    if name != "load" and unresolved_keys(cfg):  # a record must hold the values the stage used, not `auto`
+        raise RuntimeError(f"fingerprint of stage {name}: config keys {unresolved_keys(cfg)} are unresolved "
+                           f"(RunContext.resolve_auto runs before every stage after load)")
     if name == "load":
         # max_image_size rescales the prepared images; the load section matters only when undistorting,
         # but is kept whole (a redo of a pinhole load only links the images again). The input is named
@@ -234,6 +238,8 @@ def check_resume_only(ctx, stages: list[str]) -> None:
         return
     out = Path(ctx.out_dir)
     for name in stages:
+        if name != "load":  # load is complete and current here, so OUT holds the scene `auto` resolves from
+            ctx.resolve_auto()
         record = read_record(out, name)
         reason = _stale_reason(out, name, stage_chain(name, ctx), record)
         if reason is not None:

@@ -61,6 +61,8 @@ def write_error(exc: OSError, kept: str) -> MVSError:
 
 def stage_bytes(ctx, stage: str) -> int:
     """Bytes `stage` will add to OUT (an estimate, see the module docstring)."""
+    if stage in ("depth", "fusion"):  # their estimates read auto-resolved keys (scales, min_consistent)
+        ctx.resolve_auto()
     return _ESTIMATES[stage](ctx) if stage in _ESTIMATES else 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import fingerprints
+from .config.auto import annotate_yaml, resolve_auto
 from .config.loader import config_to_dict, dump_config
 from .config.schema import PipelineConfig
 from .errors import MVSError
@@ -44,10 +45,12 @@ class RunContext:
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
     client: object = None  # distributed.Client while a --cluster run is open (cluster/client.py)
+    stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     backend: str = "cpu"  # resolved
     scene: object = None
     selection: object = None
     counts: dict = field(default_factory=dict)
+    auto: list | None = None  # config/auto.py's AutoValues once cfg's `auto` keys are resolved (resolve_auto)
 
     def require_scene(self):
         if self.scene is None:
@@ -55,6 +58,15 @@ class RunContext:
                 raise MVSError(f"{self.out_dir}: no prepared workspace; run the 'load' stage first")
             self.scene = read_scene(self.out_dir / "images", self.out_dir / "sparse")
         return self.scene
+
+    def resolve_auto(self) -> None:
+        """Replace cfg's `auto` values by what they resolve to for the prepared scene (config/auto.py),
+        once: every stage after load and every fingerprint reads the resolved values."""
+        if self.auto is not None:
+            return
+        self.cfg, self.auto = resolve_auto(self.cfg, self.require_scene())
+        for a in self.auto:
+            log.info("auto: %s = %s (%s)", a.key, a.value, a.reason)
 
     def require_selection(self):
         if self.selection is None:
@@ -183,10 +195,28 @@ def _resolve_run_backend(cfg) -> str:
     return resolve_backend(cfg.backend)
 
 
+def write_resolved_config(ctx: RunContext) -> None:
+    """OUT/config.resolved.yaml: the config as the stages read it, `auto` values resolved and explained
+    (until the scene is prepared they read `auto`)."""
+    head = f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n"
+    if ctx.auto is None:
+        head += "# `auto` values are resolved once the load stage has prepared the scene\n"
+    atomic_write_text(ctx.out_dir / "config.resolved.yaml", head + annotate_yaml(dump_config(ctx.cfg), ctx.auto or []))
+
+
+def _resolve_auto(ctx: RunContext) -> None:
+    if ctx.auto is None:
+        ctx.resolve_auto()
+        write_resolved_config(ctx)
+
+
 def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str]) -> None:
     try:
         for name in stages:
             t0 = time.perf_counter()
+            started = time.time()
+            if name != "load":  # the stages after load read the resolved values (the views stage's own run too)
+                _resolve_auto(ctx)
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
@@ -194,7 +224,10 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
+            if name == "load":  # resolved as soon as the scene exists, so a load-only run records them too
+                _resolve_auto(ctx)
             timings[name] = round(time.perf_counter() - t0, 3)
+            ctx.stage_unix_times[name] = [round(started, 3), round(time.time(), 3)]   # to line up with e.g. nvidia-smi logs
             if pool is not None:
                 gpu_peaks[name] = int(pool.total_bytes())
             log.info("stage %s done in %.2f s", name, timings[name])
@@ -217,19 +250,23 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
         log.info("removed %s, left by an interrupted write", path)
-    atomic_write_text(ctx.out_dir / "config.resolved.yaml",
-                      f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n" + dump_config(ctx.cfg))
+    write_resolved_config(ctx)
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
         if ctx.cfg.cluster.kind != "none" and "depth" in stages:   # the only stage that uses it; no --cluster, no dask
             from .cluster.client import open_client  # noqa: PLC0415
 
+            from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
+
             ctx.client = stack.enter_context(open_client(ctx.cfg.cluster))
+            warm_up_workers(ctx.client, ctx.backend, ctx.cfg)   # imports and kernel loads while load/views run here
         _run_stages(ctx, stages, timings, gpu_peaks, done)
         ctx.client = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
-              "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings, "counts": ctx.counts,
-              "config": config_to_dict(ctx.cfg)}
+              "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
+              "stage_unix_times": ctx.stage_unix_times, "counts": ctx.counts,
+              "config": config_to_dict(ctx.cfg),
+              "auto": {a.key: {"value": a.value, "reason": a.reason} for a in ctx.auto or []}}
     wall = process_seconds()
     if wall is not None:  # from the process's start: interpreter, imports and set-up count too
         record["wall_seconds"] = round(wall, 3)

@@ -7,19 +7,27 @@ into its own fresh folder:
   local1      --cluster local with 1 CPU worker process (CPU backend)
   local2      --cluster local with 2 CPU worker processes
   local-cuda  --cluster local-cuda (dask-cuda: one worker per visible GPU; CUDA backend)
+  cudaN       --cluster local-cuda with N workers = the first N GPUs (issue #18's scaling: cuda1, cuda2, cuda4)
 Each row: the depth stage's seconds (run.json; the cluster's start is outside it, the workers'
 first imports and kernel loads inside), the command's wall seconds, the tasks per worker, and
 whether every map file is byte-identical to the first mode's of the same backend. The issue's
 targets: local-cuda (1 GPU) within 5 % of none's depth stage; local2 >= 1.7x local1 on CPU.
+With `--stages` running fusion too, each row also says whether the fused cloud is the first
+mode's point set (sorted rows of xyz, normal, colour); with `--gpu-stats`, nvidia-smi is sampled
+every 250 ms during each mode: per GPU the share of samples with the GPU busy, its mean
+utilisation over those, and its peak memory.
 
     python scripts/bench_cluster.py --views 40 --width 1600 --height 1200 --modes none,local-cuda
     python scripts/bench_cluster.py --work W --modes none,local-cuda --keep   # none from an earlier call
     python scripts/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
+    python scripts/bench_cluster.py --views 80 --width 1600 --height 1200 --modes none,cuda1,cuda2 \
+        --stages load,views,depth,fusion,sampling --gpu-stats      # issue #18, on a 2-GPU machine
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
 import os
@@ -29,9 +37,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"none": [], "local1": ["--cluster", "local", "--set", "cluster.workers=1"],
-         "local2": ["--cluster", "local", "--set", "cluster.workers=2"], "local-cuda": ["--cluster", "local-cuda"]}
+         "local2": ["--cluster", "local", "--set", "cluster.workers=2"], "local-cuda": ["--cluster", "local-cuda"],
+         **{f"cuda{n}": ["--cluster", "local-cuda", "--set", f"cluster.workers={n}"] for n in (1, 2, 4, 8)}}
 
 
 def mvs(*args: str) -> float:
@@ -47,6 +58,63 @@ def map_digests(out: Path) -> dict[str, str]:
             for p in sorted((out / "stereo").rglob("*.bin"))}
 
 
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def same_point_set(a: Path, b: Path) -> bool:
+    """Whether two fused.ply hold the same points (xyz, normal, colour) in any order: equal bytes,
+    or else equal rows once sorted."""
+    if file_digest(a) == file_digest(b):
+        return True
+    sys.path.insert(0, str(ROOT))   # run as a script from anywhere
+    from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
+
+    def rows(path: Path) -> np.ndarray:
+        cloud = read_ply(path)
+        r = np.column_stack([cloud.xyz, cloud.normals, cloud.colors]).astype(np.float64)
+        return r[np.lexsort(r.T[::-1])]
+
+    ra, rb = rows(a), rows(b)
+    return ra.shape == rb.shape and bool(np.array_equal(ra, rb))
+
+
+class GpuSampler:
+    """nvidia-smi sampling every 250 ms in the background while one mode runs."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,index,utilization.gpu,memory.used",
+                                      "--format=csv,noheader,nounits", "-lms", "250"],
+                                     stdout=path.open("w"), stderr=subprocess.DEVNULL)
+
+    def stop(self, window: tuple[float, float] | None = None) -> dict:
+        """Per GPU, over the samples inside `window` (unix seconds; all when None): the share with
+        the GPU busy, its mean utilisation when busy, and the peak memory."""
+        self.proc.terminate()
+        self.proc.wait()
+        per_gpu: dict[str, list] = {}
+        for line in self.path.read_text().splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) != 4 or not all(x.isdigit() for x in parts[1:]):
+                continue
+            when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            if window is None or window[0] <= when <= window[1]:
+                per_gpu.setdefault(parts[1], []).append((int(parts[2]), int(parts[3])))
+        stats = {}
+        for gpu, samples in per_gpu.items():
+            util = np.array([u for u, _ in samples], float)
+            busy = util[util > 0]
+            stats[gpu] = {"busy_share": round(float((util > 0).mean()), 3),
+                          "util_when_busy": round(float(busy.mean()), 1) if busy.size else 0.0,
+                          "mem_peak_mib": max(m for _, m in samples), "samples": len(samples)}
+        return stats
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
@@ -59,6 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, default=None, help="folder for the scene and outputs (default: a temp dir)")
     ap.add_argument("--keep", action="store_true",
                     help="reuse a mode's earlier output in --work instead of running it again (wall: nan)")
+    ap.add_argument("--stages", default="load,views,depth", help="the run's --stages (fusion adds the cloud check)")
+    ap.add_argument("--gpu-stats", action="store_true", help="sample nvidia-smi during each mode")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
@@ -67,7 +137,8 @@ def main(argv=None) -> int:
         mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(args.views), "--width",
             str(args.width), "--height", str(args.height), "--no-scans")
     sets = [a for kv in args.overrides for a in ("--set", kv)]
-    rows, reference = [], {}
+    rows, reference, clouds = [], {}, {}
+    gpus = None
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
         out = work / f"out_{mode}"
@@ -75,16 +146,38 @@ def main(argv=None) -> int:
             wall = float("nan")
         else:
             subprocess.run(["rm", "-rf", str(out)], check=True)
-            wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
-                       "--stages", "load,views,depth", *MODES[mode])
+            sampler = GpuSampler(work / f"gpu_{mode}.csv") if args.gpu_stats else None
+            try:
+                wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
+                           "--stages", args.stages, *MODES[mode])
+            finally:
+                if sampler:   # the depth stage's window, from run.json
+                    times = json.loads((out / "run.json").read_text()).get("stage_unix_times", {}) \
+                        if (out / "run.json").is_file() else {}
+                    gpus = {"whole": sampler.stop(), "depth": sampler.stop(tuple(times["depth"]))} \
+                        if "depth" in times else {"whole": sampler.stop()}
         run = json.loads((out / "run.json").read_text())
         digests = map_digests(out)
         reference.setdefault(run["backend"], (mode, digests))
         ref_mode, ref_digests = reference[run["backend"]]
         workers = run["counts"].get("depth_cluster_workers", {})
+        cloud = out / "fused.ply" if (out / "fused.ply").is_file() else None
+        ref_cloud = clouds.setdefault(run["backend"], (mode, cloud))
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
-                     "wall_s": round(wall, 2), "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
-                     "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT"})
+                     "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
+                     "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
+                     "gpu_pool_peak_gib": {k: round(v / 2**30, 2) for k, v in
+                                           run.get("stage_gpu_pool_peak_bytes", {}).items()},
+                     "task_seconds_per_worker": sorted(round(w["seconds"], 2) for w in workers.values()),
+                     "task_categories_per_worker": [{k: round(v, 2) for k, v in w.get("seconds_by_category", {}).items()}
+                                                    for w in workers.values()],
+                     "none_categories": {k: round(v, 2) for k, v in
+                                         run["counts"].get("depth_seconds_by_category", {}).items()},
+                     "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
+                     "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
+                     **({"cloud_points": run["counts"].get("fused_points"),
+                         "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
+                     **({"gpus": gpus} if gpus else {})})
         print(json.dumps(rows[-1]), flush=True)
     base = {r["backend"]: r["depth_s"] for r in rows if r["mode"] == "none"}
     one = next((r["depth_s"] for r in rows if r["mode"] == "local1"), None)
@@ -94,10 +187,15 @@ def main(argv=None) -> int:
                   f"({100 * (r['depth_s'] / base[r['backend']] - 1):+.1f} %)")
         if r["mode"] == "local2" and one:
             print(f"local2 speed-up over local1: {one / r['depth_s']:.2f}x")
+    gpu1 = next((r for r in rows if r["mode"] == "cuda1"), None)
+    for r in rows:
+        if gpu1 and r["mode"].startswith("cuda") and r is not gpu1:
+            print(f"{r['mode']} over cuda1: depth stage {gpu1['depth_s'] / r['depth_s']:.2f}x, "
+                  f"whole command {gpu1['wall_s'] / r['wall_s']:.2f}x")
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0 if all(r["identical_to"] != "DIFFERENT" for r in rows) else 1
+    return 0 if all(r["identical_to"] != "DIFFERENT" and r.get("cloud_same_as") != "DIFFERENT" for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ def parse_count(text: str) -> int:
     return int(float(text[:-1] if text[-1] in "km" else text) * mult)
 
 
-def surface_cloud(n: int, seed: int = 0) -> np.ndarray:
+def surface_cloud(n: int, seed: int = 0, noise: float = 0.002) -> np.ndarray:
     """Surface-like test cloud (what fused MVS clouds look like): a bumpy sphere over a ground
-    plane and two walls, with a little noise."""
+    plane and two walls, with Gaussian noise of `noise` m per axis (0: points on the surfaces)."""
     rng = np.random.default_rng(seed)
     parts = [n // 2, n // 4, n // 8]
     parts.append(n - sum(parts))
@@ -49,7 +49,7 @@ def surface_cloud(n: int, seed: int = 0) -> np.ndarray:
     ground = np.c_[rng.uniform(-4, 4, (parts[1], 2)), np.full(parts[1], -1.2)]
     wall1 = np.c_[np.full(parts[2], -4.0), rng.uniform(-4, 4, parts[2]), rng.uniform(-1.2, 2, parts[2])]
     wall2 = np.c_[rng.uniform(-4, 4, parts[3]), np.full(parts[3], 4.0), rng.uniform(-1.2, 2, parts[3])]
-    xyz = np.concatenate([v, ground, wall1, wall2]) + rng.normal(0, 0.002, (n, 3))
+    xyz = np.concatenate([v, ground, wall1, wall2]) + rng.normal(0, noise, (n, 3))
     return xyz[rng.permutation(n)].astype(np.float32)
 
 

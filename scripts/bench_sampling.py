@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Benchmark the `sampling` stage (read fused.ply, spacing estimate, pooling, FPS, attribute
-transfer, write) and exact FPS alone, on a surface-like cloud of N points (scripts/bench_fps.py's
-`surface_cloud`, with normals and colours so that the PLY is the size of a fused one).
+"""Benchmark the `sampling` stage and exact FPS alone, on a surface-like cloud of N points
+(scripts/bench_fps.py's `surface_cloud`, 2 mm noise, with normals, colours and a uchar `support`
+written in fusion's own 28-byte layout, so the PLY is a fused.ply of that size).
 
     python scripts/bench_sampling.py --sizes 12M,50M --backend cuda
     python scripts/bench_sampling.py --sizes 2M --backend cpu --settings default,exact
     python scripts/bench_sampling.py --sizes 12M,50M --fps 12M:1.2M,50M:1M --backend cuda
 
-Settings: `default` (configs/default.yaml's sampling section as it is), `exact` (the old default:
-exact FPS of ratio 0.1 of all fused points, no pooling, no cap). Every row prints the stage's wall
-time (best of --repeat, outputs overwritten), its output count and what the stage logged about
-spacing and pooling. `--fps N:M` times farthest_point_sampling alone for N points -> M samples.
+Settings: `default` (SamplingConfig's defaults = configs/default.yaml's sampling section: pool at 2x
+the spacing, 200k FPS prefix, every pooled point written), `exact` (the old default: exact FPS of
+ratio 0.1 of all fused points, no pooling, no cap). Every row prints the stage's wall time (best of
+--repeat, outputs overwritten; the first run also compiles/loads kernels), the seconds of its steps
+in that best run (read, spacing estimate, pooling, FPS, output order, write, preview) and its output
+count, and how long writing and fsyncing the output's bytes again takes there (the disk's share of
+`write`). For clouds of at most --f1-max-points points it also prints F1 at --f1-tolerances of fused.ply
+and of fused_fps.ply against points on the noiseless surfaces (precision: output points within the
+tolerance of a GT point; completeness: GT points within it of an output point; SciPy KD-trees).
+`--fps N:M` times farthest_point_sampling alone for N points -> M samples.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -32,7 +39,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_fps import commit, parse_count, surface_cloud  # noqa: E402
 
-from mvs_pipeline.io.ply import PointCloud, read_ply, write_ply  # noqa: E402
+from mvs_pipeline.io.fused_ply import VERTEX_DTYPE, ply_header  # noqa: E402
+from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.sampling.params import SamplingConfig  # noqa: E402
 from mvs_pipeline.sampling.stage import sample_fused_cloud  # noqa: E402
 
@@ -43,12 +51,27 @@ SETTINGS = {
 }
 
 
-def fused_like(n: int, seed: int = 0) -> PointCloud:
-    xyz = surface_cloud(n, seed)
+STEPS = ("read", "spacing", "pooling", "fps", "order", "write", "preview")
+
+
+def write_fused_like(path: Path, n: int, seed: int = 0) -> None:
+    """A fused.ply of n points in fusion's layout (io/fused_ply.py), written in 4 M-point chunks."""
     rng = np.random.default_rng(seed + 1)
-    normals = rng.normal(size=(n, 3)).astype(np.float32)
-    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
-    return PointCloud(xyz=xyz, normals=normals, colors=rng.integers(0, 256, (n, 3), dtype=np.uint8))
+    xyz = surface_cloud(n, seed)
+    with open(path, "wb") as f:
+        f.write(ply_header(n))
+        for a in range(0, n, 4_000_000):
+            b = min(n, a + 4_000_000)
+            rec = np.empty(b - a, VERTEX_DTYPE)
+            normals = rng.normal(size=(b - a, 3)).astype(np.float32)
+            normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+            for i, c in enumerate("xyz"):
+                rec[c] = xyz[a:b, i]
+                rec["n" + c] = normals[:, i]
+            for c in ("red", "green", "blue"):
+                rec[c] = rng.integers(0, 256, b - a, dtype=np.uint8)
+            rec["support"] = rng.integers(2, 20, b - a, dtype=np.uint8)
+            f.write(rec.tobytes())
 
 
 def sync(backend: str) -> None:
@@ -58,14 +81,45 @@ def sync(backend: str) -> None:
         cupy.cuda.Device().synchronize()
 
 
-def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: int) -> tuple[float, int]:
-    best = np.inf
+def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: int) -> tuple[float, dict, Path]:
+    best, best_steps, paths = np.inf, {}, {}
     for _ in range(repeat):
+        steps: dict = {}
         t0 = time.perf_counter()
-        paths = sample_fused_cloud(cfg, ply, out, overwrite=True, backend=backend)
+        paths = sample_fused_cloud(cfg, ply, out, overwrite=True, backend=backend, timings=steps)
         sync(backend)
-        best = min(best, time.perf_counter() - t0)
-    return best, len(read_ply(paths["samples"]))
+        wall = time.perf_counter() - t0
+        if wall < best:
+            best, best_steps = wall, steps
+    return best, best_steps, paths["samples"]
+
+
+def disk_check(path: Path) -> tuple[float, float]:
+    """(seconds to write `path`'s bytes to a new file in the same folder, seconds of its fsync):
+    how much of the stage's `write` step is the disk's (fused_fps.ply is written durably)."""
+    data = path.read_bytes()
+    probe = path.with_name(".disk_probe")
+    t0 = time.perf_counter()
+    with open(probe, "wb") as f:
+        f.write(data)
+        f.flush()
+        t1 = time.perf_counter()
+        os.fsync(f.fileno())
+    t2 = time.perf_counter()
+    probe.unlink()
+    return t1 - t0, t2 - t1
+
+
+def f1_scores(xyz: np.ndarray, gt: np.ndarray, gt_tree, tolerances: list[float]) -> list[float]:
+    from scipy.spatial import cKDTree  # noqa: PLC0415
+
+    d_prec, _ = gt_tree.query(xyz, k=1, workers=-1)
+    d_comp, _ = cKDTree(xyz).query(gt, k=1, workers=-1)
+    out = []
+    for tol in tolerances:
+        p, r = float(np.mean(d_prec <= tol)), float(np.mean(d_comp <= tol))
+        out.append(0.0 if p + r == 0 else 2 * p * r / (p + r))
+    return out
 
 
 def time_fps(n: int, m: int, backend: str, repeat: int) -> float:
@@ -94,26 +148,52 @@ def main() -> int:
     ap.add_argument("--fps", default="", help="comma list of N:M pairs timed with FPS alone, e.g. 12M:1.2M,50M:1M")
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu", "auto"])
     ap.add_argument("--repeat", type=int, default=2, help="runs per row, best kept (default: %(default)s)")
+    ap.add_argument("--f1-max-points", default="2M", help="F1 only for clouds up to this size (default: %(default)s)")
+    ap.add_argument("--f1-tolerances", default="0.01,0.02", help="m, comma list (default: %(default)s)")
+    ap.add_argument("--tmp", type=Path, default=None, help="folder for the clouds (default: the system's temp)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="  %(message)s")
+    tolerances = [float(t) for t in args.f1_tolerances.split(",") if t]
+    f1_max = parse_count(args.f1_max_points)
     rows = []
     for pair in filter(None, args.fps.split(",")):
         n, m = (parse_count(v) for v in pair.split(":"))
         s = time_fps(n, m, args.backend, args.repeat)
         rows.append({"what": "fps", "n": n, "m": m, "seconds": s})
         print(f"FPS {n} -> {m} ({args.backend}): {s:.3f} s", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench_sampling_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_sampling_", dir=args.tmp) as tmp:
         for size in filter(None, args.sizes.split(",")):
             n = parse_count(size)
             ply = Path(tmp) / f"fused_{n}.ply"
-            write_ply(ply, fused_like(n))
+            write_fused_like(ply, n)
+            gt = gt_tree = None
+            if n <= f1_max and tolerances:
+                from scipy.spatial import cKDTree  # noqa: PLC0415
+
+                gt = surface_cloud(max(n, 2_000_000), seed=12345, noise=0.0)
+                gt_tree = cKDTree(gt)
+                fused_f1 = f1_scores(read_ply(ply).xyz, gt, gt_tree, tolerances)
+                print(f"F1 of fused.ply, N = {n}: " + ", ".join(f"@{t} m {f:.4f}" for t, f in zip(tolerances, fused_f1)))
             for name in filter(None, args.settings.split(",")):
                 cfg = dataclasses.replace(SamplingConfig(), **SETTINGS[name])
                 print(f"stage, N = {n}, {name}: {cfg}", flush=True)
-                s, kept = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}", args.backend, args.repeat)
-                rows.append({"what": "stage", "setting": name, "n": n, "samples": kept, "seconds": s})
-                print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {kept} points", flush=True)
+                s, steps, out = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}", args.backend, args.repeat)
+                row = {"what": "stage", "setting": name, "n": n, "samples": steps.get("written_points"),
+                       "pooled": steps.get("pooled_points"), "seconds": s,
+                       **{k: steps.get(f"{k}_seconds", 0.0) for k in STEPS}}
+                split = ", ".join(f"{k} {row[k]:.2f}" for k in STEPS)
+                print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {row['samples']} points "
+                      f"(pooled {row['pooled']}); steps: {split}", flush=True)
+                row["disk_write"], row["disk_fsync"] = disk_check(out)
+                print(f"  the same {out.stat().st_size / 2**30:.2f} GiB written again: {row['disk_write']:.2f} s, "
+                      f"fsync {row['disk_fsync']:.2f} s", flush=True)
+                if gt is not None:
+                    row["f1"] = dict(zip(map(str, tolerances), f1_scores(read_ply(out).xyz, gt, gt_tree, tolerances)))
+                    row["f1_fused"] = dict(zip(map(str, tolerances), fused_f1))
+                    print(f"  F1 of fused_fps.ply: " + ", ".join(f"@{t} m {v:.4f}" for t, v in row["f1"].items()))
+                rows.append(row)
+                out.unlink()
             ply.unlink()
     if args.json:
         args.json.write_text(json.dumps({"commit": commit(), "backend": args.backend, "rows": rows}, indent=1))

@@ -39,9 +39,14 @@ def open_client(cfg: ClusterConfig):
     with contextlib.ExitStack() as stack:
         if cfg.kind == "local":
             # the scheduler's HTTP server on a free port: two runs at once must not fight over 8787
+            n_workers = _local_workers(cfg)
+            # Numba's threads split between the workers: two workers with all cores each would fight
+            # over them (the CPU twins run parallel over pixels)
+            numba_threads = max(1, (os.cpu_count() or 1) // (n_workers * cfg.threads_per_worker))
             cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=_local_workers(cfg), threads_per_worker=cfg.threads_per_worker, processes=True,
-                dashboard_address=":0"))
+                n_workers=n_workers, threads_per_worker=cfg.threads_per_worker, processes=True,
+                dashboard_address=":0", env={"NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS",
+                                                                                 str(numba_threads))}))
             target = cluster
         elif cfg.kind == "local-cuda":
             try:

@@ -6,6 +6,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from ..config.auto import resolve_auto
 from ..config.loader import load_config
 from ..scene.workspace import detect_layout, read_scene
 from ..views.selection import select_views
@@ -35,12 +36,16 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     layout = detect_layout(args.workspace, args.images, args.sparse)
     scene = read_scene(layout.images_dir, layout.sparse_dir)
+    cfg, resolved = resolve_auto(cfg, scene)  # what `run` would resolve (input images, within max_image_size)
     sel = select_views(scene, cfg.views)
     models = Counter(f"{v.camera_model} {v.width}x{v.height}" for v in scene.views)
     print(f"layout:   {layout.kind}\nimages:   {layout.images_dir}\nmodel:    {layout.sparse_dir}")
     print("cameras:  " + "; ".join(f"{n} x {m}" for m, n in models.items()))
     print(f"views:    {scene.num_views}\npoints:   {len(scene.points_in_world)} "
-          f"(mean track length {scene.track_lengths.mean():.2f})\n")
+          f"(mean track length {scene.track_lengths.mean():.2f})")
+    for a in resolved:
+        print(f"auto:     {a.key} = {a.value} ({a.reason})")
+    print()
     counts = Counter(scene.track_view_idx.tolist())
     rows = []
     for i, v in enumerate(scene.views):

@@ -175,7 +175,7 @@ def _build(cls: type, data: dict, origins: dict[str, str], prefix: str, errors: 
             errors.append(f"{where}: '{dotted}' = {value!r} has the wrong type, expected {_type_name(tp)}")
             continue
         lo_hi = f.metadata.get("range")
-        if lo_hi is not None and conv is not None:
+        if lo_hi is not None and conv is not None and not isinstance(conv, str):  # a str here is 'auto'
             items = conv if isinstance(conv, tuple) else (conv,)
             lo, hi = lo_hi
             bad = [v for v in items if not (lo <= v <= hi)]
@@ -224,6 +224,8 @@ def load_config(config: str | Path | None = None, overrides: list[str] | tuple[s
             origins[dotted] = f"--set {text}"
         _record_origins(value, ".".join(keys), origins, f"--set {text}")
     cfg = _build(PipelineConfig, data, origins, "", errors)
+    if len(errors) == 1:  # one bad value: one line naming the key, the value and where it came from
+        raise ConfigError(f"config: {errors[0]}")
     if errors:
         raise ConfigError(f"{len(errors)} problem(s) in config:\n  " + "\n  ".join(errors))
     return cfg

@@ -124,6 +124,11 @@ class MapCache:
         while self.bytes > self.max_bytes and len(self._cache) > 1:
             self.bytes -= self._cache.popitem(last=False)[1].nbytes
 
+    def retain(self, keep) -> None:
+        """Drop every map whose path fails `keep(path)` (e.g. passes no later pass reads)."""
+        for path in [p for p in self._cache if not keep(p)]:
+            self.bytes -= self._cache.pop(path).nbytes
+
     def _get(self, path: Path, reader, kind: str, expected_shape: tuple, what: str):
         if path in self._cache:
             self._cache.move_to_end(path)

@@ -2,13 +2,18 @@
 
 A pass is a barrier: a geometric pass reads its sources' maps of the previous pass, and a finer
 scale this view's maps of the coarser one, so pass k+1 is submitted once every task of pass k
-has finished. Each task computes one view exactly as the single-process stage does
-(stage.compute_view, same per-(pass, view) seed) and returns only after its maps are in the
-output folder (written atomically, depth last), so:
-  * the maps are byte-identical to a single-process run on the same backend, whichever worker
-    computes which view and in which order;
-  * a worker killed mid-pass loses only its running task, which Dask reruns elsewhere (`retries`);
-    finished maps are already on disk;
+has finished and its maps are on disk. Each task computes one view exactly as the single-process
+stage does (stage.compute_view, same per-(pass, view) seed), so the maps are byte-identical to a
+single-process run on the same backend, whichever worker computes which view and in which order.
+
+Writing overlaps computing, as in the single-process stage: a task queues its maps on the
+worker's background writer (8 threads, as the single-process stage's) and returns, so the GPU
+does not sit idle while a view's ~40 MB of maps (1600x1200) reach the disk: waiting for them cost
++143 % on one GPU, waiting for the previous view's +62 % (H200, 80 x 1600x1200). At the end of a
+pass every worker flushes its writer; then the client checks that every map of the pass is on
+disk and resubmits any view whose maps a dead worker took with it. So:
+  * a worker killed mid-pass loses its running task and the maps it had queued (at most the
+    writer's byte bound); Dask reruns the task elsewhere (`retries`), the end-of-pass check the rest;
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
 tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
@@ -16,6 +21,7 @@ tasks of a run (client.worker_state); maps computed elsewhere are read from the 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -31,6 +37,7 @@ from ..errors import MVSError
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
+from .cluster_locality import worker_blocks
 from .passes import DepthPass
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
@@ -54,7 +61,7 @@ class WorkerCaches:
     """One worker thread's caches for one run (the single-process stage's, kept across tasks)."""
 
     def __init__(self, job: DepthJob):
-        self.writer = MapWriter(threads=2, durable=job.cfg.depth.sync_maps,
+        self.writer = MapWriter(durable=job.cfg.depth.sync_maps,
                                 preview_max_size=job.cfg.depth.preview_max_size)
         self.textures = None
         max_map_bytes = 1 << 30
@@ -66,6 +73,14 @@ class WorkerCaches:
             max_map_bytes = import_cupy().cuda.runtime.memGetInfo()[0] // 4
         self.caches = ViewCaches(GreyImageCache(job.scene, threads=4), MapCache(max_map_bytes, self.writer.flush),
                                  self.writer, self.textures)
+        self.passes = job.passes
+        self.prefetched: set[int] = set()   # passes whose images this worker started decoding
+        self._reported_valid = 0
+
+    def new_valid_pixels(self) -> int:
+        """Valid depths written since the last call (writes finish after the task that queued them)."""
+        valid, self._reported_valid = self.writer.valid_pixels - self._reported_valid, self.writer.valid_pixels
+        return valid
 
     def close(self) -> None:
         self.caches.images.close()
@@ -74,18 +89,78 @@ class WorkerCaches:
             self.textures.release()
 
 
-def run_view_task(job: DepthJob, ref: int, pass_index: int) -> dict:
-    """One (pass, view) on a worker; returns when its maps are on disk."""
+def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
+    """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
+    waits for them). `pass_views`: the views of this pass hinted to the same worker."""
     t0 = time.perf_counter()
     state = worker_state(job.token, lambda: WorkerCaches(job))
-    before = state.writer.valid_pixels
-    scale = job.passes[pass_index].scale   # decode this task's images in parallel (OpenCV frees the GIL)
-    state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
+    scale = job.passes[pass_index].scale
+    if pass_index not in state.prefetched:
+        # The worker's first task of the pass starts decoding the images of every view hinted to
+        # this worker (this view's first), as the single-process stage does for the whole pass;
+        # decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
+        state.prefetched.add(pass_index)
+        at = pass_views.index(ref) if ref in pass_views else 0
+        order = [ref, *pass_views[at:], *pass_views[:at]]
+        state.caches.images.prefetch((v, scale) for r in order for v in [r, *job.sel.neighbors[r]])
+    else:
+        state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
+    prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
+    prof.seconds["task_setup"] = time.perf_counter() - t0
     compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
-                 state.caches, Profile())
-    state.writer.flush()   # the task counts as done only once its maps are written
-    return {"worker": worker_name(), "seconds": time.perf_counter() - t0,
-            "valid_pixels": state.writer.valid_pixels - before}
+                 state.caches, prof)
+    return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels(),
+            "seconds_by_category": prof.seconds}
+
+
+def _flush_worker_states(token: str, pass_index: int, dask_worker) -> int:
+    """Write every map a worker queued for run `token` and keep only pass `pass_index`'s in its
+    map cache (the next pass reads no older one); the valid depths not yet reported."""
+    states = getattr(dask_worker, "_mvs_pipeline_state", {}).get(token, {})
+    valid = 0
+    for state in list(states.values()):
+        state.writer.flush()
+        state.caches.maps.retain(state.passes[pass_index].owns)
+        valid += state.new_valid_pixels()
+    return valid
+
+
+async def _flush_on_worker(token: str, pass_index: int, dask_worker=None) -> int:
+    # in a thread: the worker's event loop keeps answering the scheduler while the disk catches up
+    return await asyncio.get_running_loop().run_in_executor(None, _flush_worker_states, token, pass_index,
+                                                            dask_worker)
+
+
+def flush_workers(client, token: str, pass_index: int) -> int:
+    """Every worker's queued maps of run `token` on disk, its cache down to pass `pass_index`; the
+    valid depths they held. A worker that died meanwhile answers with an error, ignored here: the
+    caller finds its maps missing."""
+    answers = client.run(_flush_on_worker, token, pass_index, on_error="return")
+    return sum(v for v in answers.values() if isinstance(v, int))
+
+
+def _warm_up(backend: str, cfg) -> None:
+    from . import stage  # noqa: F401, PLC0415 (the solver's modules; numba on the CPU backend)
+
+    if backend != "cuda":   # the CPU twins' compilation would compete with the client for the cores
+        return
+    from .warm_up import warm_up_solver  # noqa: PLC0415
+
+    sources = cfg.views.num_neighbors if isinstance(cfg.views.num_neighbors, int) else 10
+    try:
+        warm_up_solver(cfg, sources, backend)
+    except Exception as exc:   # only a head start: the first task meets (and reports) any real problem
+        log.debug("depth: worker warm-up failed: %s", exc)
+
+
+async def _warm_up_on_worker(backend: str, cfg) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, _warm_up, backend, cfg)
+
+
+def warm_up_workers(client, backend: str, cfg) -> None:
+    """Start the workers' imports, CUDA context and kernel loads now (in the background, while the
+    client loads the scene and selects views) instead of in their first depth tasks."""
+    client.run(_warm_up_on_worker, backend, cfg, wait=False)
 
 
 def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir: Path, backend: str) -> DepthJob:
@@ -94,15 +169,51 @@ def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir
     return DepthJob(uuid.uuid4().hex, cfg, light, sel, passes, Path(out_dir).resolve(), backend)
 
 
+def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
+                    attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
+    """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
+    reported); per-worker task counts and seconds into `workers`."""
+    from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
+
+    block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
+    for ref in pending:
+        block.setdefault(hints.get(ref), []).append(ref)
+    futures = [client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]),
+                             key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
+                             **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
+               for ref in pending]
+    done, valid = 0, 0
+    try:
+        for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
+                        unit="view", disable=not progress):
+            result = fut.result()
+            w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
+            w["tasks"] += 1
+            w["seconds"] = round(w["seconds"] + result["seconds"], 3)
+            by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
+            for k, v in result.get("seconds_by_category", {}).items():
+                by_category[k] = round(by_category.get(k, 0.0) + v, 4)
+            done += 1
+            valid += result["valid_pixels"]
+            if on_task_done is not None:
+                on_task_done(result)
+    except BaseException:
+        client.cancel(futures)
+        raise
+    return done, valid
+
+
 def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str, client,
                                   retries: int = 2, overwrite: bool = False, progress: bool = True,
                                   on_task_done=None) -> dict:
     """compute_depth_maps's work as Dask tasks on `client`; the same counts plus per-worker task
     counts and seconds. `on_task_done(result)` (optional) is called in the client after each task."""
-    from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
-
     sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
     job = _job(cfg, scene, sel, passes, out_dir, backend)
+    # the same block of neighbouring views on the same worker in every pass (loose hints)
+    hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
+    # sent to every worker once, not pickled into each of the (passes x views) tasks
+    job_ref = client.scatter(job, broadcast=True, hash=False)
     computed, resumed, valid = 0, 0, 0
     seconds: dict[str, float] = {}
     workers: dict[str, dict] = {}
@@ -112,23 +223,23 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         if not pending:
             continue
         start = time.perf_counter()
-        futures = [client.submit(run_view_task, job, ref, pss.index, key=f"depth-{pss.id}-{ref}-{job.token}",
-                                 retries=retries, pure=False) for ref in pending]
         try:
-            for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
-                            unit="view", disable=not progress):
-                result = fut.result()
-                w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
-                w["tasks"] += 1
-                w["seconds"] = round(w["seconds"] + result["seconds"], 3)
-                valid += result["valid_pixels"]
-                computed += 1
-                if on_task_done is not None:
-                    on_task_done(result)
+            for attempt in range(retries + 1):
+                tasks, task_valid = _run_pass_tasks(client, job, job_ref, pss, pending, hints, attempt, retries,
+                                                    progress, workers, on_task_done)
+                computed += tasks
+                valid += task_valid + flush_workers(client, job.token, pss.index)
+                pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
+                if not pending:
+                    break
+                log.warning("depth: pass %s: the maps of %d view(s) were lost with a worker; computing them again",
+                            pss.id, len(pending))
+            if pending:
+                raise MVSError(f"{out_dir}: depth pass {pss.id}: the maps of {len(pending)} view(s) were lost "
+                               f"{retries + 1} times; rerun the same command to resume")
         except MVSError:
             raise
         except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
-            client.cancel(futures)
             what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
             if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
                 what = "lost the connection to the Dask scheduler"

@@ -7,8 +7,37 @@ The per-pass PatchMatch settings are `depth/patchmatch/params.py` (the `patchmat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..field_meta import meta
+
+# `depth.coarsest_max_size: auto` (auto_coarsest_max_size below). The two measured regimes:
+# - 1000 px, the default before `auto` (3200 px ETH3D images get 3 scales: 3200, 1600, 800), is
+#   what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
+# - configs/small.yaml's 160 px for images of at most ~640 px (its header): 320 px gets 2 scales,
+#   640 px 3. A single scale at 320 px leaves PatchMatch's 11x11 window no coarser view of
+#   weak texture. Measured when small was made (commit 28ebe90, CPU, 8-view 320x240 object,
+#   tests/evaluation/test_eval_end_to_end.py): F1@5cm 0.63 with one scale, 0.73 with two (both
+#   min_consistent 2). Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
+#   0.58), but small then also set fusion.min_consistent 1 against a default of 2. With today's
+#   defaults (BENCHMARKS.md, "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
+#   0.648, two (coarsest 80 px) 0.695, three (40 px) 0.635: a coarser scale pays down to ~80 px.
+#   The GPU quality suite at 320/640 px is still to confirm it (scripts/bench_quality.py).
+# The rule takes small's value up to small's size bound and the former default above it; the
+# number of views plays no part: the pyramid is about image size (small.yaml's "few views" part is
+# fusion's). Images of 641-1000 px keep one scale, as before: nothing measured says otherwise.
+SMALL_IMAGE_MAX_SIDE = 640  # px: configs/small.yaml's bound for "small images"
+SMALL_COARSEST_MAX_SIZE = 160  # px: configs/small.yaml's coarsest_max_size
+LARGE_COARSEST_MAX_SIZE = 1000  # px: the default before `auto`
+
+
+def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
+    """`depth.coarsest_max_size: auto` from the largest image's long side in px: (value, reason)."""
+    if long_side <= SMALL_IMAGE_MAX_SIDE:
+        return SMALL_COARSEST_MAX_SIZE, (f"small images (long side {long_side} <= {SMALL_IMAGE_MAX_SIDE} px): "
+                                         f"the small preset's {SMALL_COARSEST_MAX_SIZE} px")
+    return LARGE_COARSEST_MAX_SIZE, (f"long side {long_side} > {SMALL_IMAGE_MAX_SIDE} px: "
+                                     f"the former default {LARGE_COARSEST_MAX_SIZE} px")
 
 
 @dataclass(frozen=True)
@@ -17,8 +46,9 @@ class DepthConfig:
     # The per-pass PatchMatch settings (geom_weight, geom_cap included) are the `patchmatch` section.
     multi_scale: bool = field(default=True, metadata=meta(
         "ACMM image pyramid: start at a coarse scale and upsample (false = finest scale only)"))
-    coarsest_max_size: int = field(default=1000, metadata=meta(
-        "halve the images until the long side is at most this; that is the coarsest scale", "px", (32, 100000)))
+    coarsest_max_size: int | Literal["auto"] = field(default="auto", metadata=meta(
+        "halve the images until the long side is at most this; that is the coarsest scale (auto = 160 for "
+        "images up to 640 px, else 1000)", "px", (32, 100000)))
     geometric_passes: int = field(default=2, metadata=meta(
         "geometric-consistency passes per scale after the photometric one (ACMM 2)", "passes", (0, 10)))
     jbu_radius: int = field(default=2, metadata=meta(

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.colmap_maps import colmap_array_complete
-from .params import DepthConfig
+from .params import DepthConfig, auto_coarsest_max_size
 
 MAP_KINDS = ("depth", "normal", "cost")
 MAP_CHANNELS = {"depth": 1, "normal": 3, "cost": 1}
@@ -51,6 +51,12 @@ class DepthPass:
         """kind: depth | normal | cost."""
         return self.root / f"{kind}_maps" / f"{name}.{self.kind}.bin"
 
+    def owns(self, path: Path) -> bool:
+        """Whether `path` is one of this pass's map files (map_path of some kind and view)."""
+        # names may hold folders (COLMAP image names like "cam1/0001.jpg")
+        return path.name.endswith(f".{self.kind}.bin") and any(
+            path.is_relative_to(self.root / f"{k}_maps") for k in MAP_KINDS)
+
     def done(self, name: str) -> bool:
         """All three maps exist and are complete (each is written atomically, depth last; without
         fsync a power loss can leave a renamed file short, which then counts as not done)."""
@@ -66,8 +72,11 @@ def num_scales(cfg: DepthConfig, max_long_side: int) -> int:
     """1 + the halvings needed to bring the longest image side to cfg.coarsest_max_size or less."""
     if not cfg.multi_scale:
         return 1
+    coarsest = cfg.coarsest_max_size
+    if coarsest == "auto":  # a caller that did not resolve the config (the pipeline does: config/auto.py)
+        coarsest = auto_coarsest_max_size(max_long_side)[0]
     n, side = 1, float(max_long_side)
-    while side > cfg.coarsest_max_size:
+    while side > coarsest:
         side /= 2.0
         n += 1
     return n

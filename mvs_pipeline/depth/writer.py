@@ -119,8 +119,9 @@ class MapWriter:
         self.seconds += seconds
         self.valid_pixels += valid
 
-    def flush(self) -> None:
-        while self._pending:
+    def flush(self, keep_last: int = 0) -> None:
+        """Wait until every queued view but the `keep_last` most recent ones is written."""
+        while len(self._pending) > keep_last:
             self._wait_oldest()
 
     def close(self, raise_errors: bool = True) -> None:

@@ -162,7 +162,10 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
     if cfg_path.is_file():
         text = cfg_path.read_text()
         report["config"] = yaml.safe_load(text)
-        sections.append(f"<h2>Settings</h2><details><summary>config.resolved.yaml</summary><pre>{esc(text)}</pre>"
+        # the `auto` keys' values and reasons: the header comments pipeline.py writes (config/auto.py)
+        chosen = "".join(f"<li>{esc(ln[len('# auto: '):])}</li>" for ln in text.splitlines() if ln.startswith("# auto: "))
+        chosen = f"<p>chosen by <code>auto</code>:</p><ul>{chosen}</ul>" if chosen else ""
+        sections.append(f"<h2>Settings</h2>{chosen}<details><summary>config.resolved.yaml</summary><pre>{esc(text)}</pre>"
                         "</details>")
 
     run = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else None

@@ -9,6 +9,26 @@ from typing import Literal
 
 from ..field_meta import meta
 
+# `fusion.min_consistent: auto` (auto_min_consistent below). scripts/sweep_fusion.py (BENCHMARKS.md,
+# session 6) measured the scenes of the quality suite and DTU scan 24, where a sparse point is seen
+# by a median of 4-6 views (over observations), so 3-5 other views could agree: requiring 1 agreeing
+# view beat 2 by 3-8 pp F1@2cm on every synthetic scene, and 3 or 4 lost more. So a requirement
+# costs completeness unless at least 4 other views per required agreement see the region; the rule
+# asks for one agreement per 4 such views (at least 1), and only neighbours can agree, so at most
+# num_neighbors count. It gives 1 on every measured scene (today's default, the small preset's
+# value); 2 only where regions are seen by 9+ views, which no measurement covers yet.
+VIEWS_PER_AGREEMENT = 4  # other views seeing a region per required agreeing neighbour
+
+
+def auto_min_consistent(views_per_point: float, num_neighbors: int) -> tuple[int, str]:
+    """`fusion.min_consistent: auto`: (value, reason). `views_per_point`: the median number of views
+    that see the sparse point behind an observation (Scene.views_per_observation); `num_neighbors`:
+    the most source views a reference view has."""
+    others = min(views_per_point - 1.0, float(num_neighbors))
+    k = max(1, int(others // VIEWS_PER_AGREEMENT))
+    return k, (f"regions seen by a median of {views_per_point:g} views, at most {num_neighbors} neighbours: "
+               f"1 agreeing view per {VIEWS_PER_AGREEMENT} others that could agree, at least 1")
+
 
 @dataclass(frozen=True)
 class FusionConfig:
@@ -22,8 +42,10 @@ class FusionConfig:
     # scene of the quality suite; DTU scan 24 trades 0.5 pp mask precision for coverage.
     max_normal_angle: float = field(default=30.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
-    min_consistent: int = field(default=1, metadata=meta(
-        "neighbours that must agree to keep a point (2 = seen consistently in 3 views)", "views", (1, 32)))
+    # 1, not auto: auto's 2 on scenes of 40+ views (fewer points) has no F1 measurement yet
+    min_consistent: int | Literal["auto"] = field(default=1, metadata=meta(
+        "neighbours that must agree to keep a point (2 = seen consistently in 3 views; auto = 1 per 4 other "
+        "views seeing a region, at least 1)", "views", (1, 32)))
     max_free_space_violations: int | None = field(default=1, metadata=meta(
         "drop a point lying in front of the surface that more than this many neighbours saw through it "
         "(floaters; null = no free-space check)", "views", (0, 32)))

@@ -60,7 +60,7 @@ from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, find_inputs, load_view
-from .params import FusionConfig
+from .params import FusionConfig, auto_min_consistent
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +332,19 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
     return int(min(n_views, max(need, fit)))
 
 
+def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) -> FusionConfig:
+    """cfg with `min_consistent: auto` resolved (params.auto_min_consistent), for callers that did not
+    resolve the config (the pipeline does, in config/auto.py, from the same numbers)."""
+    if cfg.min_consistent != "auto":
+        return cfg
+    most = max((len(n) for n in selection.neighbors), default=0)
+    return dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
+
+
 def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
                 progress: bool = True, stats: dict | None = None) -> Iterator[FusedChunk]:
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
+    cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
     stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, reloads=0, points=0)
     if len(selection.neighbors) != scene.num_views:
@@ -378,6 +388,7 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
     out_dir = Path(out_dir)
     ply_path, vis_path = out_dir / "fused.ply", out_dir / "fused.ply.vis"
     record_path = out_dir / "stereo" / "fusion.json"
+    cfg = resolve_config(cfg, scene, selection)
     settings = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored in fusion.json (tuples -> lists)
     if not overwrite and ply_path.is_file() and vis_path.is_file() and record_path.is_file():
         try:

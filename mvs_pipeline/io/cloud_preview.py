@@ -4,7 +4,10 @@
 offsets from a float64 origin, RGB when the cloud has colours) and the whole cloud's point count,
 bounding box and centroid, plus the PLY's size and mtime so a rewritten cloud is noticed. The
 PLY is memory-mapped: only the chosen points and one pass of min/max/sum are read, so a 50 M-point
-cloud costs about a second, once, where the stage that wrote it already paid for the disk.
+cloud costs about a second, once, where the stage that wrote it already paid for the disk. A writer
+that still holds the cloud's arrays (NumPy or CuPy) passes them instead and nothing is read back
+(the sampling stage: its cloud is on the GPU); only the centroid's float64 sum may then differ
+in its last bits, being summed in another order.
 """
 
 from __future__ import annotations
@@ -28,11 +31,44 @@ def _stamp(path: Path) -> np.ndarray:
     return np.array([st.st_size, st.st_mtime_ns], dtype=np.int64)
 
 
-def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: int = 0) -> Path:
-    """Write the preview of `ply_path` (a binary PLY with x, y, z [and red, green, blue])."""
+def _xp(arr):
+    if type(arr).__module__.startswith("cupy"):
+        import cupy  # noqa: PLC0415
+
+        return cupy
+    return np
+
+
+def _host(arr) -> np.ndarray:
+    return arr.get() if _xp(arr) is not np else np.asarray(arr)
+
+
+def _pick(n: int, max_points: int, seed: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False)) if n > max_points \
+        else np.arange(n)
+
+
+def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: int = 0, cloud=None) -> Path:
+    """Write the preview of `ply_path` (a binary PLY with x, y, z [and red, green, blue]). `cloud`:
+    the PointCloud just written there (NumPy or CuPy arrays), to skip reading the file back."""
+    ply_path = Path(ply_path)
+    if cloud is None:
+        stats = _stats_from_file(ply_path, max_points, seed)
+    else:
+        stats = _stats_from_arrays(cloud.xyz, cloud.colors, max_points, seed)
+    n, lo, hi, total, xyz, rgb = stats
+    origin = (lo + hi) / 2 if n else np.zeros(3)
+    out = preview_path(ply_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=".npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, origin=origin, xyz=(xyz - origin).astype(np.float32), rgb=rgb, points=np.int64(n),
+                 bbox_min=lo, bbox_max=hi, centroid=total / max(n, 1), ply_stamp=_stamp(ply_path))
+    return out
+
+
+def _stats_from_file(ply_path: Path, max_points: int, seed: int):
     import plyfile  # noqa: PLC0415
 
-    ply_path = Path(ply_path)
     try:
         vertex = plyfile.PlyData.read(str(ply_path), mmap="r")["vertex"].data
     except (OSError, ValueError, KeyError, plyfile.PlyParseError) as exc:
@@ -44,20 +80,25 @@ def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: 
     lo = np.array([float(c.min()) if n else np.inf for c in columns])
     hi = np.array([float(c.max()) if n else -np.inf for c in columns])
     total = np.array([float(c.sum(dtype=np.float64)) for c in columns])
-    keep = np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False)) if n > max_points \
-        else np.arange(n)
-    picked = vertex[keep]
+    picked = vertex[_pick(n, max_points, seed)]
     xyz = np.stack([np.asarray(picked[a], dtype=np.float64) for a in "xyz"], axis=1)
-    origin = (lo + hi) / 2 if n else np.zeros(3)
     names = picked.dtype.names or ()
     rgb = np.stack([picked[c] for c in ("red", "green", "blue")], axis=1).astype(np.uint8) \
         if all(c in names for c in ("red", "green", "blue")) else np.zeros((0, 3), np.uint8)
-    out = preview_path(ply_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out, suffix=".npz") as tmp, open(tmp, "wb") as f:
-        np.savez(f, origin=origin, xyz=(xyz - origin).astype(np.float32), rgb=rgb, points=np.int64(n),
-                 bbox_min=lo, bbox_max=hi, centroid=total / max(n, 1), ply_stamp=_stamp(ply_path))
-    return out
+    return n, lo, hi, total, xyz, rgb
+
+
+def _stats_from_arrays(xyz, colors, max_points: int, seed: int):
+    """The same statistics as _stats_from_file from xyz [N, 3] and colors [N, 3] uint8 or None."""
+    xp = _xp(xyz)
+    n = int(xyz.shape[0])
+    lo = _host(xyz.min(axis=0)).astype(np.float64) if n else np.full(3, np.inf)
+    hi = _host(xyz.max(axis=0)).astype(np.float64) if n else np.full(3, -np.inf)
+    total = _host(xyz.sum(axis=0, dtype=xp.float64)).astype(np.float64)
+    keep = xp.asarray(_pick(n, max_points, seed))
+    picked = _host(xyz[keep]).astype(np.float64)
+    rgb = _host(colors[keep]).astype(np.uint8) if colors is not None else np.zeros((0, 3), np.uint8)
+    return n, lo, hi, total, picked, rgb
 
 
 def read_cloud_preview(ply_path: Path) -> dict | None:

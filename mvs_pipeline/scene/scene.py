@@ -64,6 +64,12 @@ class Scene:
     def track_lengths(self) -> np.ndarray:
         return np.diff(self.track_offsets)
 
+    def views_per_observation(self) -> float:
+        """Median, over observations, of the number of views seeing the observed sparse point: how
+        many views see the surface behind a typical observed pixel (sparse tracks undercount it)."""
+        lengths = self.track_lengths
+        return float(np.median(np.repeat(lengths, lengths))) if len(lengths) else 0.0
+
     def view_idx_by_name(self) -> dict[str, int]:
         return {v.name: i for i, v in enumerate(self.views)}
 

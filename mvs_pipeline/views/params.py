@@ -5,14 +5,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..field_meta import meta
+
+# `auto` (not None, which means "off"/"keep" elsewhere): resolved from the scene by auto_num_neighbors
+# below; config/auto.py records the value and the reason with the run.
+DEFAULT_NUM_NEIGHBORS = 10  # the default before `auto` (and the eth3d preset's); every measured scene used it
+
+
+def auto_num_neighbors(max_candidates: int) -> tuple[int, str]:
+    """`views.num_neighbors: auto` from the view graph: (value, reason).
+
+    `max_candidates` is the largest number of source candidates any view has (pairs passing
+    min_shared_points and min_triangulation_angle). Selection keeps min(K, candidates) per view, so
+    K = min(10, max_candidates) selects exactly what K = 10 selects: the same neighbours and results
+    as the former default on every scene (10 views give 9 candidates, 50 views up to 49 -> 10). Ten
+    stays the cap because nothing measured shows more sources paying for their linear cost
+    (the `quality` preset's 16 is a choice, not a measurement)."""
+    k = max(1, min(DEFAULT_NUM_NEIGHBORS, int(max_candidates)))
+    if max_candidates < DEFAULT_NUM_NEIGHBORS:
+        return k, f"every candidate: no view has more than {max_candidates} source views passing the pair filters"
+    return k, f"the cap of {DEFAULT_NUM_NEIGHBORS}: views have up to {max_candidates} candidate source views"
 
 
 @dataclass(frozen=True)
 class ViewsConfig:
-    num_neighbors: int = field(default=10, metadata=meta(
-        "source views kept per reference view", "views", (1, 32)))
+    num_neighbors: int | Literal["auto"] = field(default="auto", metadata=meta(
+        "source views kept per reference view (auto = min(10, most candidates of any view))", "views", (1, 32)))
     min_shared_points: int = field(default=5, metadata=meta(
         "a pair needs at least this many shared sparse points to be considered", "points", (1, 100000)))
     min_triangulation_angle: float = field(default=1.0, metadata=meta(

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import MVSError
 from ..scene.scene import Scene
-from .params import ViewsConfig
+from .params import ViewsConfig, auto_num_neighbors
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,9 @@ def angle_weight(theta: np.ndarray, cfg: ViewsConfig) -> np.ndarray:
     return np.exp(-((theta - cfg.angle_prior) ** 2) / (2.0 * sigma**2))
 
 
-def select_neighbors(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
+def candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
+    """Per view_idx: every source passing min_shared_points and min_triangulation_angle (in source
+    order) and its pair score; the view graph that num_neighbors (and its `auto`) picks from."""
     n = scene.num_views
     a, b, theta = pair_observations(scene)
     key = a * n + b
@@ -96,9 +98,22 @@ def select_neighbors(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], l
         ref, src = divmod(int(uniq[k]), n)
         neighbors[ref].append(src)
         scores[ref].append(float(score[k]))
-    for ref in range(n):
+    return neighbors, scores
+
+
+def resolved_num_neighbors(cfg: ViewsConfig, candidates: list[list[int]]) -> int:
+    """cfg.num_neighbors, or the `auto` rule's value for this view graph (views/params.py)."""
+    if cfg.num_neighbors != "auto":
+        return cfg.num_neighbors
+    return auto_num_neighbors(max((len(c) for c in candidates), default=0))[0]
+
+
+def select_neighbors(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
+    neighbors, scores = candidate_pairs(scene, cfg)
+    keep = resolved_num_neighbors(cfg, neighbors)
+    for ref in range(scene.num_views):
         rank = sorted(range(len(neighbors[ref])), key=lambda i: (-scores[ref][i], neighbors[ref][i]))
-        rank = rank[: cfg.num_neighbors]
+        rank = rank[:keep]
         neighbors[ref] = [neighbors[ref][i] for i in rank]
         scores[ref] = [scores[ref][i] for i in rank]
     return neighbors, scores

@@ -113,7 +113,9 @@ def test_a_worker_killed_mid_stage_loses_nothing(scene, single, tmp_path):
                                                on_task_done=kill_a_worker)
         after = set(client.run(os.getpid).values())
     assert killed and killed[0] not in after   # the worker really died (the nanny started another)
-    assert counts["depth_view_passes_computed"] == 8
+    # 8 tasks, plus the views whose maps were still queued on the killed worker when it died (if any),
+    # which the end-of-pass check computes again
+    assert 8 <= counts["depth_view_passes_computed"] <= 12
     assert maps(out) == maps(single)
 
 

@@ -1,8 +1,8 @@
 """End to end: `mvs-pipeline run` on a synthetic object scene, scored by the native ETH3D evaluator.
 
 The bars are the issue's. The run uses the `small` preset (configs/small.yaml), the one meant
-for images of a few hundred pixels and ~10 views: the default pyramid would have a single scale
-at 320 px, and with 8 views on a ring most surface points are seen by only 2-3 of them, so one
+for images of a few hundred pixels and ~10 views: ACMM's 1000 px bound would leave a single scale
+at 320 px (the default's `auto` now picks small's 160 up to 640 px), and with 8 views on a ring most surface points are seen by only 2-3 of them, so one
 agreeing neighbour is enough for fusion. Measured on the CPU (320x240): default config, one
 scale: F1@5cm 0.63; two scales: 0.73; two scales + min_consistent 1: 0.87 (accuracy 0.97).
 """

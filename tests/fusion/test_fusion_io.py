@@ -14,6 +14,7 @@ from mvs_pipeline.cli import main
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion.params import FusionConfig
 from mvs_pipeline.fusion.stage import fuse_depth_maps as run_fusion
+from mvs_pipeline.fusion.stage import resolve_config
 from mvs_pipeline.io.colmap_maps import write_colmap_array
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
 from mvs_pipeline.io.ply import read_ply
@@ -116,7 +117,10 @@ def test_stage_writes_ply_and_vis(tmp_path):
     cloud = read_ply(ply)
     assert len(cloud) == n and np.abs(cloud.xyz[:, 2]).max() < 1e-5
     support = cloud.extra["support"]
-    assert support.min() >= 1 + FusionConfig().min_consistent
+    # fusion.json records the value `auto` resolved to (4 views of a plane: 1), and the points honour it
+    used = json.loads((tmp_path / "stereo" / "fusion.json").read_text())["config"]["min_consistent"]
+    assert used == resolve_config(FusionConfig(), scene, sel).min_consistent == 1
+    assert support.min() >= 1 + used
     o3 = o3d.io.read_point_cloud(str(ply))
     np.testing.assert_allclose(np.asarray(o3.points), cloud.xyz, atol=1e-6)
     assert o3.has_normals() and o3.has_colors()

@@ -182,14 +182,36 @@ def test_cli_interpolate_voxelize_dsm(fused, tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_stage_reads_onto_the_device(fused, tmp_path, cupy, monkeypatch):
+    """On the GPU the stage never builds a host copy of fused.ply (read_ply is not called) and its
+    steps report their seconds."""
+    path, _ = fused
+
+    def host_read(*_args, **_kw):
+        raise AssertionError("the GPU path read fused.ply into host arrays")
+
+    monkeypatch.setattr(sampling, "read_ply", host_read)
+    timings = {}
+    paths = sampling.sample_fused_cloud(SamplingConfig(max_samples=50), path, tmp_path / "dev", backend="cuda",
+                                        timings=timings)
+    assert timings["num_samples"] == 50 and timings["written_points"] == timings["pooled_points"]
+    monkeypatch.undo()
+    cpu = sampling.sample_fused_cloud(SamplingConfig(max_samples=50), path, tmp_path / "cpu", backend="cpu")
+    assert paths["samples"].read_bytes() == cpu["samples"].read_bytes()
+
+
+@pytest.mark.gpu
 def test_gpu_stage_matches_cpu(fused, tmp_path, cupy):
     path, _ = fused
     for cfg in (exact_fps(num_samples=700, dsm=True, dsm_cell_size=0.1),
                 exact_fps(num_samples=300, pre_pool_voxel_size=0.1),
-                SamplingConfig(ratio=0.5, max_samples=200, pre_pool_spacing=3.0, keep_unsampled=True)):
+                SamplingConfig(ratio=0.5, max_samples=200, pre_pool_spacing=3.0, keep_unsampled=True),
+                SamplingConfig(max_samples=100),  # the default, a smaller prefix
+                SamplingConfig(transfer_attributes=False)):
         gpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "gpu", overwrite=True, backend="cuda")
         cpu = sampling.sample_fused_cloud(cfg, path, tmp_path / "cpu", overwrite=True, backend="cpu")
         assert set(gpu) == set(cpu)
+        assert gpu["samples"].read_bytes() == cpu["samples"].read_bytes()  # same file, byte for byte
         a, b = read_ply(gpu["samples"]), read_ply(cpu["samples"])
         np.testing.assert_array_equal(a.xyz, b.xyz)
         np.testing.assert_array_equal(a.normals, b.normals)
@@ -269,14 +291,17 @@ def test_stage_keeps_unsampled_points_after_the_fps_prefix(fused, tmp_path):
     np.testing.assert_array_equal(np.sort(got.extra["voxel_count"]), np.sort(pooled.extra["voxel_count"]))
 
 
-def test_pooled_mode_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
-    """The pooled mode (BENCHMARKS session 6; not the default): pool at 2x the estimated spacing,
-    FPS orders min(ratio * pooled, max_samples) points first, every pooled point is written once."""
+def test_default_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path):
+    """The default: pool at 2x the estimated spacing, FPS orders min(ratio * pooled, max_samples)
+    points first, every pooled point is written once with its voxel's mean attributes."""
     from mvs_pipeline.sampling.points.spacing import estimate_spacing
     from mvs_pipeline.sampling.points.voxel_pool.ops import voxel_downsample
 
     path, cloud = fused
-    cfg = SamplingConfig(pre_pool_spacing=2.0, keep_unsampled=True, max_samples=200_000)
+    cfg = SamplingConfig()
+    assert (cfg.pre_pool_spacing, cfg.keep_unsampled, cfg.max_samples) == (2.0, True, 200_000)
+    yaml_cfg = load_config(None, []).sampling
+    assert (yaml_cfg.pre_pool_spacing, yaml_cfg.keep_unsampled, yaml_cfg.max_samples) == (2.0, True, 200_000)
     paths = sampling.sample_fused_cloud(dataclasses.replace(cfg, max_samples=40), path, tmp_path / "d", backend="cpu")
     assert set(paths) == {"samples"}
     got = read_ply(paths["samples"])
@@ -285,3 +310,26 @@ def test_pooled_mode_writes_the_pooled_cloud_with_an_fps_prefix(fused, tmp_path)
     order = fps_reference(pooled.xyz, 40, 0)[0]
     np.testing.assert_array_equal(got.xyz[:40], pooled.xyz[order])
     np.testing.assert_array_equal(np.sort(got.xyz.view("V12").ravel()), np.sort(pooled.xyz.view("V12").ravel()))
+    # the written points are the pooled ones with their attributes, in FPS-then-voxel order
+    full = sampling.with_unsampled(order, len(pooled))
+    for name in ("xyz", "normals", "colors"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(pooled, name)[full])
+    for name in ("support", "voxel_count"):
+        np.testing.assert_array_equal(got.extra[name], pooled.extra[name][full])
+    # support is each voxel's maximum: at least its mean, and above it in some multi-point voxel
+    voxel = 2.0 * estimate_spacing(cloud.xyz)
+    keys = np.floor((cloud.xyz.astype(np.float64) - cloud.xyz.min(0)) * (1.0 / voxel)).astype(np.int64)
+    _, inv = np.unique(keys[:, 0] + 10**6 * (keys[:, 1] + 10**6 * keys[:, 2]), return_inverse=True)
+    top = np.zeros(inv.max() + 1, np.uint8)
+    np.maximum.at(top, inv, cloud.extra["support"])
+    np.testing.assert_array_equal(pooled.extra["support"], top)
+
+
+def test_stage_reports_step_timings(fused, tmp_path):
+    path, _ = fused
+    timings = {}
+    sampling.sample_fused_cloud(SamplingConfig(), path, tmp_path / "t", backend="cpu", timings=timings)
+    for step in ("read", "spacing", "pooling", "fps", "order", "write", "preview"):
+        assert 0 <= timings[f"{step}_seconds"] < 60, step
+    assert timings["input_points"] == 4000 and 0 < timings["pooled_points"] < 4000
+    assert timings["written_points"] == timings["pooled_points"]

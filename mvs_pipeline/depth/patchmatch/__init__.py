@@ -29,7 +29,8 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
     error); one with `planar_prior` adds the planar prior penalty to every hypothesis.
-    `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
+    `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a pixel keeps
+    its refined hypothesis only if it beats the prior's cost by more than the margin.
     `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
     `texture_cache` (GPU only, cuda.TextureCache) keeps source textures across calls
     for problems that carry src_keys / src_depth_keys / ref_key; `keep_on_device` (GPU only)

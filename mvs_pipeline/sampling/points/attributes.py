@@ -7,6 +7,8 @@
 
 Back from the average, normals are re-normalised (0 where they cancel out), colours rounded to
 uint8, and integer channels rounded and clipped back to their dtype; float channels stay float32.
+Both functions work on NumPy or CuPy arrays alike (the cloud's own array module), so the GPU
+voxel pooling restores attributes on the device without a round trip through host memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.ply import PointCloud
+
+from .validate import array_module
 
 
 def available_attributes(cloud: PointCloud) -> list[str]:
@@ -36,14 +40,15 @@ def attribute_matrix(cloud: PointCloud, names: list[str]) -> tuple[np.ndarray, l
         if values is None:
             raise MVSError(f"attribute '{name}' is not in the source cloud "
                            f"(has: {', '.join(available_attributes(cloud)) or 'none'})")
-        values = np.asarray(values)
+        xp = array_module(values)
+        values = xp.asarray(values)
         width = int(np.prod(values.shape[1:]))  # 1 for a [N] channel; not -1, which fails on an empty cloud
         values = values.reshape(len(cloud), width).astype(np.float32)
         cols.append(values)
         layout.append((name, values.shape[1]))
     if not cols:
-        return np.zeros((len(cloud), 0), dtype=np.float32), []
-    return np.concatenate(cols, axis=1), layout
+        return array_module(cloud.xyz).zeros((len(cloud), 0), dtype=np.float32), []
+    return array_module(cols[0]).concatenate(cols, axis=1), layout
 
 
 def restore_attributes(out: PointCloud, values: np.ndarray, layout: list[tuple[str, int]], source: PointCloud, *,
@@ -53,22 +58,25 @@ def restore_attributes(out: PointCloud, values: np.ndarray, layout: list[tuple[s
     Extra channels take their dtype from `source.extra`. A bool channel is rounded back to bool,
     or with `bool_as_fraction` kept as the float32 average (the fraction of points where it is set).
     """
+    xp = array_module(values)
     col = 0
     for name, width in layout:
         block = values[:, col:col + width]
         col += width
         if name == "normals":
-            norm = np.linalg.norm(block, axis=1, keepdims=True)
-            out.normals = np.where(norm > 0, block / np.where(norm > 0, norm, 1), 0).astype(np.float32)
+            # Written out per column, not linalg.norm/sum: a fixed order of float32 operations, so
+            # NumPy and CuPy round alike (tests compare the backends bit for bit).
+            norm = xp.sqrt(block[:, :1] * block[:, :1] + block[:, 1:2] * block[:, 1:2] + block[:, 2:3] * block[:, 2:3])
+            out.normals = xp.where(norm > 0, block / xp.where(norm > 0, norm, np.float32(1)), 0).astype(np.float32)
         elif name == "colors":
-            out.colors = np.clip(np.rint(block), 0, 255).astype(np.uint8)
+            out.colors = xp.clip(xp.rint(block), 0, 255).astype(np.uint8)
         else:
-            dtype = np.asarray(source.extra[name]).dtype
+            dtype = np.dtype(source.extra[name].dtype)
             column = block[:, 0] if width == 1 else block
             if dtype.kind in "iu" or (dtype.kind == "b" and not bool_as_fraction):
-                column = np.rint(column)
+                column = xp.rint(column)
                 if dtype.kind != "b":  # float32 rounding can step past the integer range
                     info = np.iinfo(dtype)
-                    column = np.clip(column, info.min, info.max)
+                    column = xp.clip(column, info.min, info.max)
                 column = column.astype(dtype)
             out.extra[name] = column

@@ -184,7 +184,11 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
         raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block ({shared} B of shared "
                          f"memory, the device has {max_shared} B); use a larger leaf_size")
     kernel = get_kernel(_CU, "fps_tree_persistent", options)
-    if shared > 48 * 1024:  # dynamic shared memory above 48 KiB needs an opt-in per kernel
+    # Dynamic plus static shared memory above 48 KiB needs an opt-in per kernel: at 45.6 M points
+    # the tree needed 48,600 B dynamic, under 48 KiB alone but not with the kernel's static
+    # arrays, and no block fitted (H200, bench_sampling --sizes 50M).
+    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
+    if shared + static > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = shared
     per_sm = _max_blocks_per_sm(cupy, kernel, threads, shared)
     if per_sm is not None and per_sm < blocks_per_sm:

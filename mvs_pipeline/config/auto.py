@@ -1,0 +1,95 @@
+"""`auto` config values resolved from the scene: one call, before any stage reads them.
+
+Each key's rule lives beside its field in the stage's params.py (the stage applies the same rule
+when called directly with `auto`); this module gathers the numbers the rules need from the scene
+and its view graph, and returns the resolved config with one (key, value, reason) per resolved key.
+The pipeline puts those into the log, config.resolved.yaml and run.json, and the fingerprints see
+only resolved values, so a resolved value that changes redoes its stage like an edited key; an
+explicit value that equals the resolved one redoes nothing.
+
+The rules (the why is in each params.py):
+- views.num_neighbors: min(10, the most candidate source views any view has);
+- depth.coarsest_max_size: 160 px for images up to 640 px (configs/small.yaml), else 1000 (as before);
+- fusion.min_consistent: 1 per 4 other views seeing a region (median track length - 1, at most
+  num_neighbors), at least 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..depth.params import auto_coarsest_max_size
+from ..fusion.params import auto_min_consistent
+from ..scene.scene import Scene
+from ..views.params import auto_num_neighbors
+from ..views.selection import candidate_pairs
+from .schema import PipelineConfig
+
+AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent")
+
+
+@dataclass(frozen=True)
+class AutoValue:
+    key: str  # dotted, as in the YAML
+    value: int
+    reason: str
+
+
+def long_side(cfg: PipelineConfig, scene: Scene) -> int:
+    """The largest image's long side in px, as the depth stage will see it: the prepared scene is
+    already within max_image_size; an input workspace (`info`) is capped here the same way."""
+    side = max(max(v.width, v.height) for v in scene.views)
+    return min(side, cfg.max_image_size) if cfg.max_image_size is not None else side
+
+
+def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
+    """cfg with every `auto` of AUTO_KEYS replaced by its value for `scene`, and what was resolved."""
+    resolved: list[AutoValue] = []
+    views, depth, fusion = cfg.views, cfg.depth, cfg.fusion
+    most_candidates = None
+    if views.num_neighbors == "auto" or fusion.min_consistent == "auto":
+        candidates, _ = candidate_pairs(scene, views)  # the view graph: pairs passing the views filters
+        most_candidates = max((len(c) for c in candidates), default=0)
+    if views.num_neighbors == "auto":
+        value, reason = auto_num_neighbors(most_candidates)
+        views = dataclasses.replace(views, num_neighbors=value)
+        resolved.append(AutoValue("views.num_neighbors", value, reason))
+    if depth.coarsest_max_size == "auto":
+        value, reason = auto_coarsest_max_size(long_side(cfg, scene))
+        depth = dataclasses.replace(depth, coarsest_max_size=value)
+        resolved.append(AutoValue("depth.coarsest_max_size", value, reason))
+    if fusion.min_consistent == "auto":
+        # the most sources a reference view gets, as the fusion stage counts them (views.json)
+        most_sources = min(views.num_neighbors, most_candidates)
+        value, reason = auto_min_consistent(scene.views_per_observation(), most_sources)
+        fusion = dataclasses.replace(fusion, min_consistent=value)
+        resolved.append(AutoValue("fusion.min_consistent", value, reason))
+    return dataclasses.replace(cfg, views=views, depth=depth, fusion=fusion), resolved
+
+
+def unresolved_keys(cfg: PipelineConfig) -> list[str]:
+    """The AUTO_KEYS still `auto` in cfg (the fingerprints refuse to record those)."""
+    out = []
+    for dotted in AUTO_KEYS:
+        section, key = dotted.split(".")
+        if getattr(getattr(cfg, section), key) == "auto":
+            out.append(dotted)
+    return out
+
+
+def annotate_yaml(text: str, resolved: list[AutoValue]) -> str:
+    """config.resolved.yaml's text (loader.dump_config) with `# auto: reason` after each resolved
+    key and a header listing them, so the file says which values were chosen and why."""
+    notes = {a.key: a for a in resolved}
+    lines, section = [], ""
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            section = line.split(":", 1)[0]
+        elif line.startswith("  ") and not line.startswith("   ") and ":" in line:
+            dotted = f"{section}.{line.strip().split(':', 1)[0]}"
+            if dotted in notes:
+                line += f"  # auto: {notes[dotted].reason}"
+        lines.append(line)
+    head = [f"# auto: {a.key} = {a.value} ({a.reason})" for a in resolved]
+    return "\n".join(head + lines) + "\n"

@@ -1,0 +1,140 @@
+"""`auto` config values (issue #16 item 1): each rule's numbers, their resolution from a scene, and
+that a stage called with `auto` resolves the same value as config/auto.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mvs_pipeline.config.auto import annotate_yaml, resolve_auto, unresolved_keys
+from mvs_pipeline.config.loader import dump_config, load_config
+from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size
+from mvs_pipeline.depth.passes import num_scales
+from mvs_pipeline.errors import ConfigError
+from mvs_pipeline.fusion.params import FusionConfig, auto_min_consistent
+from mvs_pipeline.fusion.stage import resolve_config as resolve_fusion_config
+from mvs_pipeline.scene.scene import Scene
+from mvs_pipeline.scene.workspace import read_scene
+from mvs_pipeline.views.params import ViewsConfig, auto_num_neighbors
+from mvs_pipeline.views.selection import select_views
+from tests.tiny_model import write_colmap_project
+
+
+def resized(scene: Scene, width: int, height: int) -> Scene:
+    """The same views and tracks with other image sizes (the size rule reads nothing else)."""
+    return dataclasses.replace(scene, views=[dataclasses.replace(v, width=width, height=height) for v in scene.views])
+
+
+@pytest.fixture(scope="module")
+def object10(synth_scene_factory) -> Scene:
+    """The quality suite's object (10 views, seed 101), rendered at 160x120 and sized 320x240."""
+    root = synth_scene_factory("object", views=10, width=160, height=120, seed=101)
+    return resized(read_scene(root / "images", root / "sparse" / "0"), 320, 240)
+
+
+@pytest.fixture(scope="module")
+def ring50(tmp_path_factory) -> Scene:
+    """50 views on a 90-degree arc that all see the same points, sized as ETH3D at 3200 px."""
+    root = tmp_path_factory.mktemp("ring50")
+    write_colmap_project(root, num_views=50, width=64, height=48)
+    return resized(read_scene(root / "images", root / "sparse" / "0"), 3200, 2130)
+
+
+# fusion.min_consistent is auto only on request (default 1: auto's 2 on 40+ views is not measured)
+ALL_AUTO = ["fusion.min_consistent=auto"]
+
+
+def test_defaults_are_auto_and_bad_values_name_the_key():
+    cfg = load_config(None)
+    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size"]
+    assert cfg.fusion.min_consistent == 1
+    assert unresolved_keys(load_config(None, ALL_AUTO))[-1] == "fusion.min_consistent"
+    for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
+                                                        "expected int | 'auto'"),
+                           ("depth.coarsest_max_size=16", "'depth.coarsest_max_size' = 16 is out of range "
+                                                          "[32, 100000] px"),
+                           ("fusion.min_consistent=1.5", "'fusion.min_consistent' = 1.5 has the wrong type")):
+        with pytest.raises(ConfigError) as err:
+            load_config(None, [text])
+        assert "\n" not in str(err.value) and expected in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("side, coarsest, scales", [(96, 160, 1), (320, 160, 2), (640, 160, 3), (641, 1000, 1),
+                                                    (800, 1000, 1), (1600, 1000, 2), (3200, 1000, 3)])
+def test_coarsest_max_size_small_preset_up_to_640_px_else_acmm(side, coarsest, scales):
+    assert auto_coarsest_max_size(side)[0] == coarsest
+    assert num_scales(DepthConfig(), side) == scales  # the depth stage resolving `auto` itself
+    assert num_scales(DepthConfig(coarsest_max_size=coarsest), side) == scales
+
+
+def test_small_preset_pins_what_auto_picks_for_small_images():
+    small = load_config("small")
+    assert small.depth.coarsest_max_size == auto_coarsest_max_size(320)[0] == auto_coarsest_max_size(640)[0]
+    assert small.fusion.min_consistent == auto_min_consistent(4.0, 9)[0] == 1
+
+
+@pytest.mark.parametrize("candidates, value", [(0, 1), (4, 4), (9, 9), (10, 10), (48, 10)])
+def test_num_neighbors_every_candidate_up_to_acmm_10(candidates, value):
+    assert auto_num_neighbors(candidates)[0] == value
+
+
+@pytest.mark.parametrize("views_per_point, neighbours, value", [
+    (2, 1, 1), (4, 9, 1), (6, 10, 1), (8, 10, 1),  # the swept scenes saw 4-6: 1, as measured best
+    (9, 10, 2), (13, 10, 2), (13, 16, 3), (50, 16, 4), (50, 3, 1)])  # the neighbour count caps it
+def test_min_consistent_one_per_four_views_that_could_agree(views_per_point, neighbours, value):
+    assert auto_min_consistent(views_per_point, neighbours)[0] == value
+
+
+def test_views_per_observation_counts_each_observation():
+    # tracks of 2, 2 and 9 views: 13 observations, 9 of them of the 9-view point -> median 9
+    # (the median over points would be 2)
+    scene = Scene([], np.zeros((3, 3)), np.zeros((3, 3), np.uint8), np.array([0, 2, 4, 13]),
+                  np.arange(13, dtype=np.int32) % 9, Path("."), Path("."))
+    assert scene.views_per_observation() == 9.0
+
+
+def test_ten_views_of_320_px_get_the_small_preset(object10):
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
+    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 160, 1)
+    assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
+    assert "320 <= 640 px" in resolved[1].reason and "median of 4 views" in resolved[2].reason
+    assert unresolved_keys(cfg) == []
+    # the same neighbours as the former default 10, and as the views stage resolving `auto` itself
+    sel = select_views(object10, cfg.views)
+    assert sel.neighbors == select_views(object10, ViewsConfig(num_neighbors=10)).neighbors
+    assert sel.neighbors == select_views(object10, ViewsConfig()).neighbors
+    assert resolve_fusion_config(FusionConfig(min_consistent="auto"), object10, sel).min_consistent == 1
+
+
+def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), ring50)
+    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size) == (10, 1000)
+    assert num_scales(cfg.depth, 3200) == 3
+    # every view sees every point here (tracks of ~50 views): 10 neighbours could agree -> 2
+    assert ring50.views_per_observation() >= 40 and cfg.fusion.min_consistent == 2
+    sel = select_views(ring50, ViewsConfig())
+    assert max(len(n) for n in sel.neighbors) == 10
+    assert resolve_fusion_config(FusionConfig(min_consistent="auto"), ring50, sel).min_consistent == 2
+    # max_image_size is applied before the size rule: 600 px images are small
+    assert resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0].depth.coarsest_max_size == 160
+
+
+def test_explicit_values_are_kept_and_not_reported(ring50):
+    cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6"]), ring50)
+    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
+    assert resolved == []
+
+
+def test_resolved_yaml_explains_and_pins_the_values(object10, tmp_path):
+    cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
+    text = annotate_yaml(dump_config(cfg), resolved)
+    lines = text.splitlines()
+    assert lines[0] == f"# auto: views.num_neighbors = 9 ({resolved[0].reason})"
+    assert f"  coarsest_max_size: 160  # auto: {resolved[1].reason}" in lines
+    assert f"  min_consistent: 1  # auto: {resolved[2].reason}" in lines
+    path = tmp_path / "config.resolved.yaml"
+    path.write_text(text)
+    assert load_config(path) == cfg  # the file reruns the same values without `auto`
