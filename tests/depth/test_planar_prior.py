@@ -108,7 +108,8 @@ def test_depth_stage_runs_the_planar_pass_and_resumes_it(synth_scene_factory, tm
     scene = synth_scene_factory("room", views=5, width=200, height=150)
     out = tmp_path / "out"
     args = ["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", "--set", "backend=cpu",
-            "--set", "depth.planar_prior=true", "--set", "depth.geometric_passes=1", "--set", "patchmatch.iterations=1"]
+            "--set", "depth.planar_prior=true", "--set", "depth.geometric_passes=1", "--set", "patchmatch.iterations=1",
+            "--set", "depth.multi_scale=false"]
     assert main(args) == 0
     stereo = out / "stereo"
     planar = sorted((stereo / "depth_maps").glob("*.photometric.bin"))
