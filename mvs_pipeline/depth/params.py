@@ -63,7 +63,8 @@ class DepthConfig:
     planar_prior: bool = field(default=False, metadata=meta(
         "ACMP planar prior: after the coarsest scale's photometric pass, a second photometric pass whose "
         "hypotheses pay patchmatch.planar_prior_weight for leaving planes triangulated from reliable pixels "
-        "(planar_prior.py); helps low-texture surfaces, off until measured on the GPU"))
+        "(planar_prior.py); off: on the CPU room it gained 3 pp at one scale, < 1 pp with the pyramid "
+        "(BENCHMARKS.md), for one more photometric pass"))
     planar_prior_max_cost: float = field(default=0.1, metadata=meta(
         "planar prior: a pixel is reliable (support point, and left without prior) below this cost (ACMP 0.1)",
         "cost", (0.0, 2.0)))

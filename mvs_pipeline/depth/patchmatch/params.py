@@ -83,7 +83,7 @@ class PatchMatchParams:
     # Planar-prior pass only (depth.planar_prior; ACMP): the penalty of a hypothesis leaving the
     # pixel's prior plane, weight * (1 - exp(-(rel. depth error)^2 / (2 sigma_depth^2) - (1 - cos angle) /
     # sigma_angle^2)), added to its view-weighted photometric cost (cpu/planar.py).
-    # weight 0.2: CPU, 8 views 320x240, final maps within 1 %: room 0.347 off, 0.374 / 0.379 / 0.380 at
+    # weight 0.2: CPU, 8 views 320x240 at one scale, final maps within 1 %: room 0.347 off, 0.374 / 0.379 / 0.380 at
     # 0.1 / 0.2 / 0.3; courtyard (textured) 0.736 off, 0.737 / 0.733 / 0.731 (BENCHMARKS.md)
     planar_prior_weight: float = field(default=0.2, metadata=meta(
         "planar prior: largest penalty, for a hypothesis far from the prior plane; photometric cost "
