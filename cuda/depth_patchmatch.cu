@@ -11,15 +11,21 @@
 // Geometric passes (ACMM) add the weighted reprojection error through the sources' previous
 // depth maps to every per-source cost (full_cost); init takes prior depth/normal maps, and
 // pm_score rescores given hypotheses for the detail restorer.
+// The planar-prior pass (ACMP; variant -DPM_PLANAR=1) adds depth_patchmatch_planar.cuh's penalty
+// against a per-pixel prior plane (float4 nx, ny, nz, depth; depth <= 0: none) to every hypothesis
+// that propagate and refine compare, after the view-weighted photometric cost; the cost map then
+// holds photometric + penalty. Other variants ignore the `planar` argument.
 // Every -D constant comes from mvs_pipeline/depth/patchmatch/cuda.py's compile_options (a test
 // checks these lines against it); CI compiles these variants:
 // ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=8 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
 // ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
 // ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=32 -DPM_GEOM=1 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
+// ci-variant: -DPM_WINDOW_RADIUS=5 -DPM_WINDOW_STEP=2 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16 -DPM_PLANAR=1 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
 // ci-variant: -DPM_WINDOW_RADIUS=3 -DPM_WINDOW_STEP=1 -DPM_MAX_SAMPLES_PER_ROW=11 -DPM_MAX_VIEWS=16 -DPM_MAX_REFINE=12 -DPM_COST_MAX=2.0f -DPM_MIN_VAR=1e-05f -DPM_NUM_CANDIDATES=8
 #include "depth_patchmatch_common.cuh"
 #include "depth_patchmatch_cost.cuh"
 #include "depth_patchmatch_view_selection.cuh"
+#include "depth_patchmatch_planar.cuh"
 
 #define PM_BLOCK_X 16
 #ifndef PM_BLOCK_Y
@@ -143,8 +149,9 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
              const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
              const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
              const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
-             const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane,
-             float* __restrict__ cost, unsigned int* __restrict__ selected, unsigned char* __restrict__ weights) {
+             const int* __restrict__ iparams, int color, int pass, const float4* __restrict__ planar,
+             float4* __restrict__ plane, float* __restrict__ cost, unsigned int* __restrict__ selected,
+             unsigned char* __restrict__ weights) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
     const TileRef tref = load_ref_tile(tile, ref, W, H);
     const int2 px = block_pixel(threadIdx.y * PM_BLOCK_X + threadIdx.x, color);
@@ -207,10 +214,18 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
     float cvec[PM_MAX_VIEWS];
     view_costs(win, tref, src, x, y, make_float3(cur.x, cur.y, cur.z), cur.w, wts, cvec);
     float best_cost = weighted_cost(cvec, wts, S);
+#if PM_PLANAR
+    const float4 pp = planar[pix];
+    best_cost += planar_penalty(pp, make_float3(cur.x, cur.y, cur.z), cur.w, p);
+#endif
     int best = -1;
     for (int i = 0; i < PM_NUM_CANDIDATES; ++i) {
         if (!flags[i] || !(cdepth[i] >= p.depth_min && cdepth[i] <= p.depth_max)) continue;
-        const float c = weighted_cost(cmat[i], wts, S);
+        float c = weighted_cost(cmat[i], wts, S);
+#if PM_PLANAR
+        const float4 pq = plane[cand[i]];   // the other colour: not written by this launch
+        c += planar_penalty(pp, make_float3(pq.x, pq.y, pq.z), cdepth[i], p);
+#endif
         if (c < best_cost) { best_cost = c; best = i; }
     }
     if (best >= 0) {
@@ -263,8 +278,8 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
           const int* __restrict__ size, const float* __restrict__ M, const float* __restrict__ e,
           const float* __restrict__ K_inv, int S, const unsigned long long* __restrict__ depth_tex,
           const float* __restrict__ Minv, const float* __restrict__ fvec, const float* __restrict__ fparams,
-          const int* __restrict__ iparams, int color, int pass, float4* __restrict__ plane, float* __restrict__ cost,
-          const unsigned char* __restrict__ weights, int nh_cap) {
+          const int* __restrict__ iparams, int color, int pass, const float4* __restrict__ planar,
+          float4* __restrict__ plane, float* __restrict__ cost, const unsigned char* __restrict__ weights, int nh_cap) {
     __shared__ float tile[PM_TILE_W * PM_TILE_H];
     const TileRef tref = load_ref_tile(tile, ref, W, H);
     const int t = threadIdx.y * PM_BLOCK_X + threadIdx.x;
@@ -356,11 +371,23 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
         __syncwarp();   // the slots are reused for the next source
     }
     if (!active) return;
+#if PM_PLANAR
+    // the hypotheses are regenerated (refine_hypothesis is deterministic) rather than kept in
+    // registers or shared memory through the scoring loop
+    const float4 pp = planar[pix];
+    const float4 cur = plane[pix];
+    const float3 ray = pixel_ray(K_inv, x, y);
+#endif
     int best = -1;
 #pragma unroll
     for (int h = 0; h < PM_MAX_REFINE; ++h) {
         if (h >= nh || !((in_range >> h) & 1u)) continue;
-        const float c = den > 0.0f ? num[h] / den : PM_COST_MAX;
+        float c = den > 0.0f ? num[h] / den : PM_COST_MAX;
+#if PM_PLANAR
+        const float4 hq = refine_hypothesis(h, cur, ray, p.seed, pix, pass, p.perturbation, p.depth_min, p.depth_max,
+                                            p.inverse_depth);
+        c += planar_penalty(pp, make_float3(hq.x, hq.y, hq.z), hq.w, p);
+#endif
         if (c < best_cost) { best_cost = c; best = h; }
     }
     if (best >= 0)
@@ -463,6 +490,17 @@ extern "C" __global__ void pm_debug_select_views(const float* __restrict__ cost_
     for (int s = 0; s < S; ++s) prior[s] = priors[j * S + s];
     masks[j] = select_views(cmat, flags, prior, S, p, (unsigned int)pixels[j], (unsigned int)pass, wts);
     for (int s = 0; s < S; ++s) weights[j * S + s] = wts[s];
+}
+
+// out [N] = planar_penalty(priors[j], hyps[j].xyz, hyps[j].w) (CPU twin: cpu/planar.py).
+extern "C" __global__ void pm_debug_planar_penalty(const float4* __restrict__ priors, const float4* __restrict__ hyps,
+                                                   int N, const float* __restrict__ fparams,
+                                                   const int* __restrict__ iparams, float* __restrict__ out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N) return;
+    const PMParams p = load_params(fparams, iparams);
+    const float4 h = hyps[j];
+    out[j] = planar_penalty(priors[j], make_float3(h.x, h.y, h.z), h.w, p);
 }
 
 // rng [N] = rng_uniform(seed, pixel[j], pass, draw[j]) for the RNG cross-check.

@@ -10,6 +10,7 @@
 //   PM_MAX_SAMPLES_PER_ROW             the largest variant Python allows (checked below)
 //   PM_MAX_VIEWS                       capacity of the per-thread source arrays (8, 16 or 32)
 //   PM_GEOM                            1 for the geometric passes' variant (default 0)
+//   PM_PLANAR                          1 for the planar-prior pass's variant (default 0)
 //
 // Conventions: a hypothesis is (unit normal n in the reference camera frame, z-depth at this
 // pixel's centre); pixel (x, y) has its centre at image coordinates (x + 0.5, y + 0.5), which
@@ -27,6 +28,9 @@
 #endif
 #ifndef PM_GEOM
 #define PM_GEOM 0   // 1: build the geometric-consistency term into every per-source cost
+#endif
+#ifndef PM_PLANAR
+#define PM_PLANAR 0   // 1: add the planar prior penalty (depth_patchmatch_planar.cuh) to every hypothesis
 #endif
 
 #define PM_SAMPLES_PER_ROW (2 * PM_WINDOW_RADIUS / PM_WINDOW_STEP + 1)
@@ -46,10 +50,11 @@ static_assert(PM_MAX_VIEWS >= 1 && PM_MAX_VIEWS <= 32, "selected_views is a 32-b
 // Packed parameters: same order as the F_* / I_* constants of the CPU twin.
 struct PMParams {
     float sigma_spatial, sigma_color, depth_min, depth_max, good_tau, bad_threshold, good_sigma,
-        fallback_sigma, prior_selected, prior_unselected, perturbation, geom_weight, geom_cap;
+        fallback_sigma, prior_selected, prior_unselected, perturbation, geom_weight, geom_cap,
+        planar_weight, planar_depth_coef, planar_angle_coef;
     int radius, step, top_k, min_good, max_bad, samples, num_refine, inverse_depth;
     unsigned int seed;
-    int iteration, geom;
+    int iteration, geom, planar;
 };
 
 __device__ __forceinline__ PMParams load_params(const float* __restrict__ f, const int* __restrict__ i) {
@@ -58,9 +63,10 @@ __device__ __forceinline__ PMParams load_params(const float* __restrict__ f, con
     p.good_tau = f[4]; p.bad_threshold = f[5]; p.good_sigma = f[6]; p.fallback_sigma = f[7];
     p.prior_selected = f[8]; p.prior_unselected = f[9]; p.perturbation = f[10];
     p.geom_weight = f[11]; p.geom_cap = f[12];
+    p.planar_weight = f[13]; p.planar_depth_coef = f[14]; p.planar_angle_coef = f[15];
     p.radius = i[0]; p.step = i[1]; p.top_k = i[2]; p.min_good = i[3]; p.max_bad = i[4];
     p.samples = i[5]; p.num_refine = i[6]; p.inverse_depth = i[7]; p.seed = (unsigned int)i[8];
-    p.iteration = i[9]; p.geom = i[10];
+    p.iteration = i[9]; p.geom = i[10]; p.planar = i[11];
     return p;
 }
 

@@ -150,3 +150,7 @@ class MapCache:
 
     def normal(self, path: Path, expected_shape: tuple[int, int], what: str):
         return self._get(path, read_normal_map, "normal", (*expected_shape, 3), what)
+
+    def cost(self, path: Path, expected_shape: tuple[int, int], what: str):
+        """A cost map: kept only for the pass before a planar pass (stage.compute_view)."""
+        return self._get(path, read_depth_map, "cost", tuple(expected_shape), what)

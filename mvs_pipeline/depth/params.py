@@ -60,6 +60,24 @@ class DepthConfig:
     detail_margin: float | None = field(default=0.3, metadata=meta(
         "detail restorer: at a finer scale a pixel leaves its upsampled hypothesis only if the new one's "
         "photometric cost is lower by more than this (null = always take the new one)", "cost", (0.0, 2.0)))
+    planar_prior: bool = field(default=False, metadata=meta(
+        "ACMP planar prior: after the coarsest scale's photometric pass, a second photometric pass whose "
+        "hypotheses pay patchmatch.planar_prior_weight for leaving planes triangulated from reliable pixels "
+        "(planar_prior.py); off: on the CPU room it gained 3 pp at one scale, < 1 pp with the pyramid "
+        "(BENCHMARKS.md), for one more photometric pass"))
+    planar_prior_max_cost: float = field(default=0.1, metadata=meta(
+        "planar prior: a pixel is reliable (support point, and left without prior) below this cost (ACMP 0.1)",
+        "cost", (0.0, 2.0)))
+    planar_prior_grid: int = field(default=5, metadata=meta(
+        "planar prior: at most one support point (the lowest cost) per grid x grid cell", "px", (1, 256)))
+    planar_prior_max_edge: float = field(default=150.0, metadata=meta(
+        "planar prior: triangles with a longer image edge give no prior", "px", (1.0, 100000.0)))
+    planar_prior_min_consistent: int = field(default=1, metadata=meta(
+        "planar prior: a support point must reproject consistently through this many sources' photometric "
+        "depth maps (0 = no check)", "views", (0, 32)))
+    planar_prior_max_reproj_error: float = field(default=2.0, metadata=meta(
+        "planar prior: forward-backward reprojection error below which a source counts as consistent", "px",
+        (0.01, 100.0)))
     filter_median: bool = field(default=True, metadata=meta(
         "post-filter the final depth maps with a median over checkerboard neighbours"))
     filter_max_cost: float | None = field(default=None, metadata=meta(

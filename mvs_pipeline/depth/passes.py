@@ -2,12 +2,16 @@
 
 ACMM's order: at the coarsest scale a photometric pass, then `geometric_passes` geometric
 passes; at every finer scale the photometric pass starts from the coarser scale's last maps
-(joint bilateral upsampling + detail restorer), again followed by geometric passes. Every pass
+(joint bilateral upsampling + detail restorer), again followed by geometric passes. With
+depth.planar_prior (ACMP/ACMMP), the coarsest scale's photometric pass is followed by a planar
+pass: photometric again, starting from its maps, with the planar prior built from them
+(planar_prior.py); the geometric passes then continue from the planar pass. Every pass
 finishes for all views before the next starts, because a geometric pass reads the sources'
 maps of the pass before it.
 
 Files (COLMAP's dense layout; image names may contain sub-folders):
-    stereo/{depth,normal,cost}_maps/<name>.photometric.bin   finest scale, photometric pass
+    stereo/{depth,normal,cost}_maps/<name>.photometric.bin   finest scale, last photometric pass
+                                                             (the planar one where there is one)
     stereo/{depth,normal,cost}_maps/<name>.geometric.bin     finest scale, last geometric pass
                                                              (post-filtered; what fusion reads)
     stereo/passes/<pass id>/{depth,normal,cost}_maps/<name>.<type>.bin   every other pass
@@ -16,6 +20,7 @@ Scale 0 is the finest (the loaded images), scale k has 2^-k of their size.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +37,15 @@ MAP_CHANNELS = {"depth": 1, "normal": 3, "cost": 1}
 class DepthPass:
     index: int           # position in the plan (0 = first pass run)
     scale: int           # 0 = finest
-    kind: str            # "photometric" | "geometric"
+    kind: str            # "photometric" | "geometric" (the maps' file type)
     repeat: int          # 0 for the photometric pass, 1.. for the geometric ones
     final: bool          # the finest scale's last pass: post-filtered, read by fusion
     root: Path           # folder holding {depth,normal,cost}_maps/ for this pass
+    planar: bool = False  # the planar-prior pass (kind photometric): prior from the pass before it
 
     @property
     def id(self) -> str:
-        return pass_id(self.scale, self.kind, self.repeat)
+        return f"s{self.scale}_planar" if self.planar else pass_id(self.scale, self.kind, self.repeat)
 
     def map_path(self, kind: str, name: str) -> Path:
         """kind: depth | normal | cost."""
@@ -95,10 +101,16 @@ def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int) -> list[
     scales = num_scales(cfg, max_long_side)
     passes: list[DepthPass] = []
     for scale in range(scales - 1, -1, -1):
-        kinds = [("photometric", 0)] + [("geometric", g) for g in range(1, cfg.geometric_passes + 1)]
-        for j, (kind, repeat) in enumerate(kinds):
+        planar = cfg.planar_prior and scale == scales - 1   # ACMMP: the coarsest scale only
+        kinds = [("photometric", 0, False)] + ([("photometric", 0, True)] if planar else []) \
+            + [("geometric", g, False) for g in range(1, cfg.geometric_passes + 1)]
+        for j, (kind, repeat, is_planar) in enumerate(kinds):
             last = scale == 0 and j == len(kinds) - 1
-            finest_photometric = scale == 0 and kind == "photometric"
-            root = stereo_dir if (last or finest_photometric) else stereo_dir / "passes" / pass_id(scale, kind, repeat)
-            passes.append(DepthPass(index=len(passes), scale=scale, kind=kind, repeat=repeat, final=last, root=root))
+            # the finest scale's last photometric pass keeps COLMAP's name in stereo/
+            finest_photometric = scale == 0 and kind == "photometric" and (is_planar or not planar)
+            pss = DepthPass(index=len(passes), scale=scale, kind=kind, repeat=repeat, final=last, root=stereo_dir,
+                            planar=is_planar)
+            if not (last or finest_photometric):
+                pss = dataclasses.replace(pss, root=stereo_dir / "passes" / pss.id)
+            passes.append(pss)
     return passes

@@ -4,6 +4,9 @@ For each pass of `passes.plan_passes` (coarsest scale first) and each view with 
     photometric pass, coarsest scale   random initialisation (ACMH)
     photometric pass, finer scale      start from the coarser scale's last maps upsampled by
                                        joint bilateral upsampling; detail restorer
+    planar pass (depth.planar_prior)   start from the photometric pass's maps, the planar prior
+                                       (planar_prior.py) replacing unreliable pixels' planes
+                                       and adding its penalty to the cost
     geometric pass                     start from this view's previous pass; the sources' depth
                                        maps of the previous pass add the reprojection term
 The finest scale's last pass is post-filtered (median over checkerboard neighbours, optional
@@ -35,6 +38,7 @@ from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .passes import DepthPass, plan_passes, scaled_K, scaled_size
+from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fraction
 from .scale_ops.ops import jbu_upsample, postfilter_depth
@@ -81,6 +85,9 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
     prev_size = view_size(scene, ref, previous.scale)
     prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
     prev_normal = maps.normal(previous.map_path("normal", name), prev_size[::-1], what)
+    if pss.planar:
+        _planar_inputs(cfg, scene, sel, ref, previous, maps, problem, prev_depth, prev_normal, prof)
+        return None
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
         d = cfg.depth
@@ -98,6 +105,43 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
     problem.src_depth_keys = [("depth", previous.index, s) for s in sel.neighbors[ref]]
     prof.stop("read_maps")
     return None
+
+
+def _host(a) -> np.ndarray:
+    """A map as a NumPy array (maps of a GPU run are CuPy arrays: downloaded)."""
+    return a.get() if hasattr(a, "__cuda_array_interface__") else np.asarray(a)
+
+
+def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: DepthPass, maps: MapCache,
+                   problem: PatchMatchProblem, prev_depth, prev_normal, prof: "Profile") -> None:
+    """The planar pass's problem: the planar prior from the previous (photometric) pass's maps of
+    this view, checked against its sources' maps of that pass; the pass starts from the previous
+    maps with the prior's plane wherever there is a prior (ACMP's re-initialisation). Built on the
+    host for both backends, so the prior does not depend on the backend."""
+    d = cfg.depth
+    size = view_size(scene, ref, previous.scale)[::-1]
+    name = scene.views[ref].name
+    cost = _host(maps.cost(previous.map_path("cost", name), size, f"image '{name}' ({previous.id})"))
+    depth, normal = _host(prev_depth), _host(prev_normal)
+    sources = []
+    if d.planar_prior_min_consistent > 0:
+        for k, s in enumerate(sel.neighbors[ref]):
+            sname = scene.views[s].name
+            sd = maps.depth(previous.map_path("depth", sname), view_size(scene, s, previous.scale)[::-1],
+                            f"source image '{sname}' ({previous.id})")
+            sources.append(SourceMaps(_host(sd), problem.K_src[k], problem.R_src_from_ref[k],
+                                      problem.t_src_from_ref[k]))
+    prof.stop("read_maps")
+    settings = PriorSettings(max_cost=d.planar_prior_max_cost, grid=d.planar_prior_grid,
+                             max_edge=d.planar_prior_max_edge, min_consistent=d.planar_prior_min_consistent,
+                             max_reproj_error=d.planar_prior_max_reproj_error)
+    prior, stats = build_planar_prior(depth, normal, cost, problem.K_ref, settings, sources)
+    log.debug("depth: planar prior of '%s': %s", name, stats)
+    has = prior[..., 3] > 0
+    problem.init_depth = np.where(has, prior[..., 3], depth).astype(np.float32)
+    problem.init_normal = np.where(has[..., None], prior[..., :3], normal).astype(np.float32)
+    problem.planar_prior = prior
+    prof.stop("planar_prior")
 
 
 class Profile:
@@ -275,6 +319,8 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
     caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
     caches.maps.put(pss.map_path("depth", name), depth)
     caches.maps.put(pss.map_path("normal", name), result.normal)
+    if pass_index + 1 < len(passes) and passes[pass_index + 1].planar:   # the planar pass reads it
+        caches.maps.put(pss.map_path("cost", name), result.cost)
     prof.stop("queue_writes")
 
 

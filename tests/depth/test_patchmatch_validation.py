@@ -80,7 +80,7 @@ def test_ci_variants_are_launcher_options():
     for opts in variants:
         ci = dict(o[2:].split("=", 1) for o in opts)
         options = compile_options(int(ci["PM_WINDOW_RADIUS"]), int(ci["PM_WINDOW_STEP"]), int(ci["PM_MAX_VIEWS"]),
-                                  geom=ci.get("PM_GEOM") == "1")
+                                  geom=ci.get("PM_GEOM") == "1", planar=ci.get("PM_PLANAR") == "1")
         launcher = dict(o[2:].split("=", 1) for o in options)
         assert {k: launcher.get(k) for k in ci} == ci
         assert {"PM_COST_MAX", "PM_MIN_VAR", "PM_NUM_CANDIDATES", "PM_MAX_REFINE"} <= set(ci)

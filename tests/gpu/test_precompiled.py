@@ -42,9 +42,10 @@ def test_find_binary_needs_manifest_entry_and_file(tmp_path):
 def test_variants_cover_every_kernel_file():
     variants = build_kernels.all_variants()
     assert {cu for cu, _ in variants} == {p.name for p in CUDA_DIR.glob("*.cu")}
-    # the default PatchMatch settings: 3 source capacities x photometric/geometric
+    # the default PatchMatch settings: 3 source capacities x photometric/geometric/planar-prior photometric
     pm = [opts for cu, opts in variants if cu == "depth_patchmatch.cu"]
-    assert sum("-DPM_WINDOW_RADIUS=5" in o and "-DPM_WINDOW_STEP=2" in o for o in pm) == 6
+    assert sum("-DPM_WINDOW_RADIUS=5" in o and "-DPM_WINDOW_STEP=2" in o for o in pm) == 9
+    assert sum("-DPM_WINDOW_RADIUS=5" in o and "-DPM_PLANAR=1" in o and "-DPM_GEOM=0" in o for o in pm) == 3
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CI has it)")

@@ -28,8 +28,9 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
-    error). `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a
-    pixel keeps its refined hypothesis only if it beats the prior's cost by more than the margin.
+    error); one with `planar_prior` adds the planar prior penalty to every hypothesis.
+    `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a pixel keeps
+    its refined hypothesis only if it beats the prior's cost by more than the margin.
     `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
     `texture_cache` (GPU only, cuda.TextureCache) keeps source textures across calls
     for problems that carry src_keys / src_depth_keys / ref_key; `keep_on_device` (GPU only)
@@ -53,6 +54,8 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
         clean.init_depth, clean.init_normal = clean.init_depth.get(), clean.init_normal.get()
     if clean.src_depths is not None:
         clean.src_depths = [d.get() if on_gpu(d) else d for d in clean.src_depths]
+    if on_gpu(clean.planar_prior):
+        clean.planar_prior = clean.planar_prior.get()
 
     return solve_cpu(clean, params, seed, restore_margin=restore_margin)
 

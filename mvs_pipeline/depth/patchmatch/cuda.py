@@ -37,12 +37,19 @@ def views_capacity(num_sources: int) -> int:
     raise ValueError(f"num_sources = {num_sources} exceeds {MAX_SOURCE_VIEWS}")
 
 
-def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y, geom: bool = False
-                    ) -> tuple[str, ...]:
-    """-D options of one kernel variant; geom=True builds the geometric-consistency term in."""
+def compile_options(radius: int, step: int, num_sources: int, block_y: int = BLOCK_Y, geom: bool = False,
+                    planar: bool = False) -> tuple[str, ...]:
+    """-D options of one kernel variant; geom=True builds the geometric-consistency term in,
+    planar=True the planar prior penalty (only then is -DPM_PLANAR=1 passed, so the options,
+    and the precompiled binaries' keys, of the other variants are what they were)."""
     return (*window_compile_options(radius, step), f"-DPM_MAX_VIEWS={views_capacity(num_sources)}",
             f"-DPM_BLOCK_Y={int(block_y)}", f"-DPM_MAX_REFINE={MAX_NUM_REFINE}", f"-DPM_GEOM={int(bool(geom))}",
-            *layout_compile_options())
+            *(("-DPM_PLANAR=1",) if planar else ()), *layout_compile_options())
+
+
+def is_planar(options) -> bool:
+    """Whether a variant's options build the planar prior penalty in."""
+    return "-DPM_PLANAR=1" in options
 
 
 def kernel(name: str, options: tuple[str, ...]):
@@ -196,6 +203,11 @@ class DeviceProblem:
         self.depths = _Textures(problem.src_depths, problem.src_depth_keys, cache, depth_texture, "src_depths",
                                 32) if self.geom else None
         self.depth_handles = self.depths.handles if self.geom else cp.zeros(S, dtype=cp.uint64)
+        # planar-prior pass: [H, W, 4] float32 (nx, ny, nz, depth; depth <= 0: no prior); other
+        # passes pass a placeholder the kernels do not read (their variant has no PM_PLANAR)
+        self.planar_prior = problem.planar_prior is not None
+        self.planar = (cp.ascontiguousarray(cp.asarray(problem.planar_prior), dtype=cp.float32)
+                       if self.planar_prior else cp.zeros(4, dtype=cp.float32))
 
     def source_args(self) -> tuple:
         """(ref, W, H, tex, size, M, e, K_inv, S, depth_tex, Minv, f): the leading arguments of
@@ -260,7 +272,17 @@ def launch_propagate(dev: DeviceProblem, options, block_y, fparams, iparams, col
         raise ValueError(f"color: {color}, expected 0 or 1")
     grid, block = _solver_grid(W, H, block_y)
     kernel("pm_propagate", options)(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color),
-                                                  np.int32(pass_id), plane, cost, selected, weights))
+                                                  np.int32(pass_id), _planar_arg(dev, options), plane, cost,
+                                                  selected, weights))
+
+
+def _planar_arg(dev: DeviceProblem, options):
+    """The planar prior map for a solver kernel; a planar variant needs the problem's [H, W, 4] map."""
+    if is_planar(options):
+        if not dev.planar_prior:
+            raise ValueError("planar: a PM_PLANAR kernel variant needs the problem's planar_prior map")
+        check_array(import_cupy(), "planar_prior", dev.planar, np.float32, (dev.height, dev.width, 4))
+    return dev.planar
 
 
 def refine_shared_bytes(options, num_refine: int, block_y: int) -> int:
@@ -289,8 +311,8 @@ def launch_refine(dev: DeviceProblem, options, block_y, fparams, iparams, color:
     dynamic = refine_shared_bytes(options, num_refine, block_y)
     if dynamic + fn.attributes["shared_size_bytes"] > 48 * 1024:   # above the default needs an opt-in
         fn.max_dynamic_shared_size_bytes = dynamic
-    fn(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color), np.int32(pass_id), plane, cost, weights,
-                     np.int32(num_refine)), shared_mem=dynamic)
+    fn(grid, block, (*dev.source_args(), fparams, iparams, np.int32(color), np.int32(pass_id),
+                     _planar_arg(dev, options), plane, cost, weights, np.int32(num_refine)), shared_mem=dynamic)
 
 
 def launch_score(dev: DeviceProblem, options, fparams, iparams, planes, weights, out):
@@ -351,6 +373,22 @@ def debug_select_views(options, fparams, iparams, cost_matrices, flags, priors, 
     return weights, masks
 
 
+def debug_planar_penalty(options, fparams, iparams, priors, hyps):
+    """[N] float32 planar_penalty of hypotheses hyps [N, 4] (nx, ny, nz, depth) against priors [N, 4]."""
+    cp = import_cupy()
+    check_array(cp, "priors", priors, np.float32, (None, 4))
+    n = priors.shape[0]
+    check_array(cp, "hyps", hyps, np.float32, (n, 4))
+    check_array(cp, "fparams", fparams, np.float32, (NUM_FPARAMS,))
+    check_array(cp, "iparams", iparams, np.int32, (NUM_IPARAMS,))
+    out = cp.full(n, cp.nan, dtype=cp.float32)                           # poisoned
+    if n:
+        grid = ((n + LINEAR_BLOCK - 1) // LINEAR_BLOCK,)
+        kernel("pm_debug_planar_penalty", options)(grid, (LINEAR_BLOCK,), (priors, hyps, np.int32(n), fparams,
+                                                                           iparams, out))
+    return out
+
+
 def debug_rng(options, seed: int, pixels, passes, draws):
     """(u32 [N], uniform [N]) of the device RNG for uint32 arrays pixels / passes / draws."""
     cp = import_cupy()
@@ -369,7 +407,7 @@ def debug_rng(options, seed: int, pixels, passes, draws):
 
 def kernel_variants(windows=((5, 2),)) -> list[tuple[str, tuple[str, ...]]]:
     """The (file, options) variants the solver launches for these (radius, step) windows at the
-    default block shape: every source capacity, photometric and geometric (what
-    `mvs-pipeline build-kernels` precompiles)."""
-    return [(CU, compile_options(r, s, cap, geom=geom)) for r, s in sorted(set(windows))
-            for cap in (8, 16, 32) for geom in (False, True)]
+    default block shape: every source capacity, photometric, geometric and the planar-prior
+    pass's photometric one (what `mvs-pipeline build-kernels` precompiles)."""
+    return [(CU, compile_options(r, s, cap, geom=geom, planar=planar)) for r, s in sorted(set(windows))
+            for cap in (8, 16, 32) for geom, planar in ((False, False), (True, False), (False, True))]

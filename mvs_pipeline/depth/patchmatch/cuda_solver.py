@@ -62,7 +62,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
     H, W = problem.shape
     S = problem.num_sources
     options = kpm.compile_options(params.window_radius, params.window_step, S, block_y,
-                                  geom=problem.src_depths is not None)
+                                  geom=problem.src_depths is not None, planar=problem.planar_prior is not None)
     dev = None
     try:
         t0 = time.perf_counter()

@@ -29,6 +29,11 @@ def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration:
     f[layout.F_PERTURB] = params.perturbation_at(iteration)
     f[layout.F_GEOM_WEIGHT] = params.geom_weight
     f[layout.F_GEOM_CAP] = params.geom_cap
+    # the planar penalty's exponent coefficients (cpu/planar.py): 1 / (2 sigma_depth^2) and
+    # 1 / sigma_angle^2 with the angle in radians, so the kernels divide by nothing
+    f[layout.F_PLANAR_WEIGHT] = params.planar_prior_weight
+    f[layout.F_PLANAR_DEPTH_COEF] = 1.0 / (2.0 * params.planar_prior_sigma_depth ** 2)
+    f[layout.F_PLANAR_ANGLE_COEF] = 1.0 / np.deg2rad(params.planar_prior_sigma_angle) ** 2
     i = np.zeros(layout.NUM_IPARAMS, dtype=np.int64)
     i[layout.I_RADIUS] = params.window_radius
     i[layout.I_STEP] = params.window_step
@@ -41,6 +46,7 @@ def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration:
     i[layout.I_SEED] = int(seed) & 0xFFFFFFFF
     i[layout.I_ITER] = iteration
     i[layout.I_GEOM] = int(problem.src_depths is not None)
+    i[layout.I_PLANAR] = int(problem.planar_prior is not None)
     return f, i
 
 
@@ -68,20 +74,24 @@ def padded_sources(problem: PatchMatchProblem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def geometry_arrays(problem: PatchMatchProblem, M: np.ndarray, e: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What the geometric term needs, as the CPU twin takes it: (source depth maps stacked into
-    [S, Hmax, Wmax] float32 with zero padding, Minv = M^-1 [S, 3, 3], f = Minv e [S, 3]).
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What the terms added to the photometric cost need, as the CPU twin takes them (its `geo`):
+    (source depth maps stacked into [S, Hmax, Wmax] float32 with zero padding, Minv = M^-1
+    [S, 3, 3], f = Minv e [S, 3], planar prior [H, W, 4] float32).
 
     Without source depth maps (a photometric pass) the depth stack is a [S, 1, 1] zero
     placeholder; Minv and f are computed either way (cheap, and the GPU always takes them).
+    Without a planar prior its map is a [1, 1, 4] zero placeholder (iparams I_PLANAR is 0).
     """
     S = problem.num_sources
     Minv, f = back_projection(M, e)
+    planar = (np.ascontiguousarray(problem.planar_prior, dtype=np.float32) if problem.planar_prior is not None
+              else np.zeros((1, 1, 4), np.float32))
     if problem.src_depths is None:
-        return np.zeros((S, 1, 1), np.float32), Minv, f
+        return np.zeros((S, 1, 1), np.float32), Minv, f, planar
     hmax = max(d.shape[0] for d in problem.src_depths)
     wmax = max(d.shape[1] for d in problem.src_depths)
     stack = np.zeros((S, hmax, wmax), dtype=np.float32)
     for k, d in enumerate(problem.src_depths):
         stack[k, :d.shape[0], :d.shape[1]] = d
-    return stack, Minv, f
+    return stack, Minv, f, planar

@@ -80,6 +80,19 @@ class PatchMatchParams:
         "cost per px", (0.0, 10.0)))
     geom_cap: float = field(default=3.0, metadata=meta(
         "geometric passes: forward-backward reprojection errors are capped here (ACMM 3)", "px", (0.01, 100.0)))
+    # Planar-prior pass only (depth.planar_prior; ACMP): the penalty of a hypothesis leaving the
+    # pixel's prior plane, weight * (1 - exp(-(rel. depth error)^2 / (2 sigma_depth^2) - (1 - cos angle) /
+    # sigma_angle^2)), added to its view-weighted photometric cost (cpu/planar.py).
+    # weight 0.2: CPU, 8 views 320x240 at one scale, final maps within 1 %: room 0.347 off, 0.374 / 0.379 / 0.380 at
+    # 0.1 / 0.2 / 0.3; courtyard (textured) 0.736 off, 0.737 / 0.733 / 0.731 (BENCHMARKS.md)
+    planar_prior_weight: float = field(default=0.2, metadata=meta(
+        "planar prior: largest penalty, for a hypothesis far from the prior plane; photometric cost "
+        "differences above it outweigh the prior", "cost", (0.0, 2.0)))
+    planar_prior_sigma_depth: float = field(default=0.02, metadata=meta(
+        "planar prior: Gaussian sigma of the depth deviation, relative to the prior depth", "fraction", (1e-4, 1.0)))
+    planar_prior_sigma_angle: float = field(default=5.0, metadata=meta(
+        "planar prior: Gaussian sigma of the angle between the hypothesis' and the prior's normal (ACMP 5)",
+        "degrees", (0.1, 90.0)))
 
     def check(self) -> list[str]:
         problems = []

@@ -35,6 +35,10 @@ class PatchMatchProblem:
     # Geometric pass: each source's depth map from the previous pass (same size as its image;
     # 0, negative or non-finite = no depth); None = photometric pass.
     src_depths: list[np.ndarray] | None = None
+    # Planar-prior pass (ACMP): per-pixel prior plane (unit normal nx, ny, nz in the camera frame,
+    # depth of the plane at the pixel, metres; depth <= 0 = no prior there). Hypotheses pay
+    # PatchMatchParams' planar_prior_* penalty for leaving it (cpu/planar.py). None = no prior term.
+    planar_prior: np.ndarray | None = None   # [H, W, 4] float32
     # Optional identities of the source images / depth maps (any hashable, e.g. (view, scale)):
     # with a GPU texture cache, equal keys mean equal contents, so textures are uploaded once.
     src_keys: list | None = None
@@ -285,9 +289,18 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
                                f"depth maps from another pass or scale")
             src_depths.append(d)   # both backends treat depths that are not finite and > 0 as none
 
+    planar_prior = None
+    if problem.planar_prior is not None:
+        planar_prior = _contiguous_float32(problem.planar_prior)
+        if planar_prior.shape != (H, W, 4):
+            raise MVSError(f"{name}: planar_prior has shape {planar_prior.shape}, expected {(H, W, 4)}")
+        if not on_gpu(planar_prior) and not all_finite(planar_prior):
+            raise MVSError(f"{name}: planar_prior contains NaN or infinite values")
+
     return PatchMatchProblem(
         ref_image=ref, src_images=srcs, K_ref=K_ref, K_src=K_src, R_src_from_ref=R, t_src_from_ref=t,
         depth_min=dmin, depth_max=dmax, init_depth=init_depth, init_normal=init_normal, src_depths=src_depths,
+        planar_prior=planar_prior,
         src_keys=_check_keys(problem.src_keys, S, "src_keys", name),
         src_depth_keys=_check_keys(problem.src_depth_keys, S, "src_depth_keys", name), ref_key=problem.ref_key,
         prior_check=prior_check,

@@ -6,6 +6,7 @@ draws, same counter-based hash), so a GPU result can be checked stage by stage:
     pcg_hash / rng_uniform      counter-based RNG: hash(seed, pixel, pass, draw) -> [0, 1)
     ref_window                  reference window values + normalised bilateral weights
     window_cost                 1 - bilateral NCC of one hypothesis against one source
+    planar_penalty              the planar-prior pass's per-hypothesis penalty (ACMP)
     view_costs                  the per-source cost vector of one plane hypothesis
     find_candidates             adaptive checkerboard sampling: 8 regions -> 8 neighbour pixels
     select_views                ACMH multi-hypothesis joint view selection -> view weights
@@ -40,6 +41,9 @@ from ..layout import (
     F_GOOD_SIGMA,
     F_GOOD_TAU,
     F_PERTURB,
+    F_PLANAR_ANGLE_COEF,
+    F_PLANAR_DEPTH_COEF,
+    F_PLANAR_WEIGHT,
     F_PRIOR_SEL,
     F_PRIOR_UNSEL,
     F_SIGMA_COLOR,
@@ -50,6 +54,7 @@ from ..layout import (
     I_MAX_BAD,
     I_MIN_GOOD,
     I_NUM_REFINE,
+    I_PLANAR,
     I_RADIUS,
     I_SAMPLES,
     I_SEED,
@@ -74,6 +79,7 @@ from .cost import (
 from .debug import debug_candidates, debug_select_views, debug_view_costs
 from .drivers import init_all, propagate_color, refine_color, score_all, window_len
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal, transfer_depth
+from .planar import planar_penalty
 from .propagation import init_pixel, propagate_pixel, top_k_cost
 from .refinement import refine_pixel
 from .rng import PASS_INIT, pcg_hash, propagate_pass, refine_pass, rng_u32, rng_uniform
@@ -81,13 +87,13 @@ from .view_selection import find_candidates, select_views, weighted_cost
 
 __all__ = [
     "COST_MAX", "F_BAD", "F_DEPTH_MAX", "F_DEPTH_MIN", "F_FALLBACK_SIGMA", "F_GEOM_CAP", "F_GEOM_WEIGHT",
-    "F_GOOD_SIGMA", "F_GOOD_TAU", "F_PERTURB", "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR",
-    "F_SIGMA_SPATIAL", "I_GEOM", "I_INV_DEPTH", "I_ITER", "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE",
-    "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K", "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS",
-    "NUM_IPARAMS", "PASS_INIT", "debug_candidates", "debug_select_views", "debug_view_costs",
-    "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash", "perturb_normal", "pixel_ray", "plane_vector",
-    "propagate_color", "propagate_pass", "propagate_pixel", "random_depth", "random_normal", "ref_window",
-    "refine_color", "refine_pass", "refine_pixel", "rng_u32", "rng_uniform", "row_coefficients",
-    "sample_bilinear", "score_all", "select_views", "source_cost", "top_k_cost", "transfer_depth", "view_costs",
-    "weighted_cost", "weighted_view_cost", "window_cost", "window_len",
+    "F_GOOD_SIGMA", "F_GOOD_TAU", "F_PERTURB", "F_PLANAR_ANGLE_COEF", "F_PLANAR_DEPTH_COEF", "F_PLANAR_WEIGHT",
+    "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR", "F_SIGMA_SPATIAL", "I_GEOM", "I_INV_DEPTH", "I_ITER",
+    "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE", "I_PLANAR", "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K",
+    "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS", "NUM_IPARAMS", "PASS_INIT", "debug_candidates",
+    "debug_select_views", "debug_view_costs", "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash",
+    "perturb_normal", "pixel_ray", "planar_penalty", "plane_vector", "propagate_color", "propagate_pass",
+    "propagate_pixel", "random_depth", "random_normal", "ref_window", "refine_color", "refine_pass", "refine_pixel",
+    "rng_u32", "rng_uniform", "row_coefficients", "sample_bilinear", "score_all", "select_views", "source_cost",
+    "top_k_cost", "transfer_depth", "view_costs", "weighted_cost", "weighted_view_cost", "window_cost", "window_len"
 ]

@@ -185,7 +185,7 @@ def source_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, M, e, geo, fparams, 
     c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
                     x, y, iparams[I_RADIUS], iparams[I_STEP])
     if iparams[I_GEOM] != 0:
-        gdepths, Minv, fvec = geo
+        gdepths, Minv, fvec = geo[0], geo[1], geo[2]
         c += fparams[F_GEOM_WEIGHT] * geom_cost(gdepths[s], sizes[s, 0], sizes[s, 1], M[s], e[s], Minv[s],
                                                 fvec[s], x, y, depth, fparams[F_GEOM_CAP])
     return c
@@ -199,7 +199,8 @@ def view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fpa
     With all_views False, sources whose weight is 0 are skipped (left at COST_MAX): the
     refinement and the current hypothesis only need the weighted ones. In a geometric pass
     (iparams[I_GEOM]) each scored source adds F_GEOM_WEIGHT x geom_cost; geo = (source depth
-    maps [S, Hmax, Wmax], Minv [S, 3, 3], f [S, 3]).
+    maps [S, Hmax, Wmax], Minv [S, 3, 3], f [S, 3], planar prior [H, W, 4]: packing.geometry_arrays;
+    the planar penalty is per hypothesis, added by propagate / refine, not here).
     """
     S = srcs.shape[0]
     for s in range(S):

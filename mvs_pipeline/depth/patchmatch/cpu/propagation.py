@@ -18,6 +18,7 @@ from ..layout import (
     F_SIGMA_COLOR,
     F_SIGMA_SPATIAL,
     I_INV_DEPTH,
+    I_PLANAR,
     I_RADIUS,
     I_SEED,
     I_STEP,
@@ -26,6 +27,7 @@ from ..layout import (
 )
 from .cost import ref_window, view_costs
 from .geometry import pixel_ray, random_depth, random_normal, transfer_depth
+from .planar import planar_penalty
 from .rng import PASS_INIT, rng_uniform
 from .view_selection import find_candidates, select_views, weighted_cost
 
@@ -134,11 +136,19 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_i
     view_costs(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
                nx, ny, nz, depth, wts, False, cvec, Hm)
     best_cost = weighted_cost(cvec, wts)
+    planar = iparams[I_PLANAR] != 0   # planar-prior pass: every hypothesis pays its penalty
+    if planar:
+        best_cost += planar_penalty(geo[3][y, x], nx, ny, nz, depth, fparams)
     best = -1
     for i in range(NUM_CANDIDATES):
         if flags[i] == 0 or not (cdepth[i] >= dmin and cdepth[i] <= dmax):
             continue
         c = weighted_cost(cmat[i], wts)
+        if planar:
+            q = cand[i]
+            qy, qx = q // W, q % W
+            c += planar_penalty(geo[3][y, x], plane[qy, qx, 0], plane[qy, qx, 1], plane[qy, qx, 2], cdepth[i],
+                                fparams)
         if c < best_cost:
             best_cost = c
             best = i

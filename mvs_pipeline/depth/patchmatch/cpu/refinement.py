@@ -14,12 +14,14 @@ from ..layout import (
     F_SIGMA_SPATIAL,
     I_INV_DEPTH,
     I_NUM_REFINE,
+    I_PLANAR,
     I_RADIUS,
     I_SEED,
     I_STEP,
 )
 from .cost import ref_window, weighted_view_cost
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal
+from .planar import planar_penalty
 from .rng import rng_uniform
 
 
@@ -76,11 +78,15 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
                                         rng_uniform(seed, pixel, pass_id, base + 2), scale, r0, r1, r2)
         if not (hd >= dmin and hd <= dmax):
             continue
-        # pruned as soon as it cannot beat best_cost; otherwise weighted_cost(view_costs(...)) exactly
+        # planar-prior pass: the hypothesis' penalty is added to its photometric cost, which must
+        # then beat bound = best_cost - penalty (without the prior: penalty 0, bound best_cost)
+        pen = planar_penalty(geo[3][y, x], hx, hy, hz, hd, fparams) if iparams[I_PLANAR] != 0 else 0.0
+        bound = best_cost - pen
+        # pruned as soon as it cannot beat the bound; otherwise weighted_cost(view_costs(...)) exactly
         c = weighted_view_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, K_inv, M, e, geo, fparams, iparams,
-                               x, y, hx, hy, hz, hd, wts, best_cost, Hm)
-        if c < best_cost:
-            best_cost = c
+                               x, y, hx, hy, hz, hd, wts, bound, Hm)
+        if c < bound:   # a pruned value is >= bound, so only fully scored hypotheses get here
+            best_cost = c + pen
             bnx, bny, bnz, bd = hx, hy, hz, hd
     plane[y, x, 0] = bnx
     plane[y, x, 1] = bny
