@@ -18,11 +18,11 @@ homography to a source is H = K_src (R - t n^T / d) K_ref^-1 = M - e (K_ref^-T n
 Maps: plane [H, W, 4] float32 (nx, ny, nz, depth), cost [H, W] float32, selected [H, W] uint32,
 weights [H, W, S] uint8 (Monte-Carlo view counts of the last propagation).
 
-The CPU computes in float64 and samples sources (edge_padded: ringed by their own border) with
-exact bilinear weights; the GPU uses float32 and the texture unit's 8-bit fixed-point weights,
-so the two agree to a tolerance, not bit for bit.
+The CPU computes in float64 and samples sources with exact bilinear weights; the GPU uses
+float32 and the texture unit's 8-bit fixed-point weights, so the two agree to a tolerance, not
+bit for bit.
 
-The twin is split by step: rng, geometry, padding, cost, view_selection, propagation, refinement, drivers
+The twin is split by step: rng, geometry, cost, view_selection, propagation, refinement, drivers
 (image-wide, what the solver calls) and debug (the test-only stage functions); constants shared
 with the kernels are in ../layout.py. Everything is re-exported here, so `cpu.X` names them all.
 """
@@ -65,7 +65,7 @@ from .cost import (
     plane_vector,
     ref_window,
     row_coefficients,
-    sample_padded,
+    sample_bilinear,
     source_cost,
     view_costs,
     weighted_view_cost,
@@ -74,7 +74,6 @@ from .cost import (
 from .debug import debug_candidates, debug_select_views, debug_view_costs
 from .drivers import init_all, propagate_color, refine_color, score_all, window_len
 from .geometry import perturb_normal, pixel_ray, random_depth, random_normal, transfer_depth
-from .padding import edge_padded
 from .propagation import init_pixel, propagate_pixel, top_k_cost
 from .refinement import refine_pixel
 from .rng import PASS_INIT, pcg_hash, propagate_pass, refine_pass, rng_u32, rng_uniform
@@ -86,9 +85,9 @@ __all__ = [
     "F_SIGMA_SPATIAL", "I_GEOM", "I_INV_DEPTH", "I_ITER", "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE",
     "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K", "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS",
     "NUM_IPARAMS", "PASS_INIT", "debug_candidates", "debug_select_views", "debug_view_costs",
-    "edge_padded", "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash", "perturb_normal", "pixel_ray", "plane_vector",
+    "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash", "perturb_normal", "pixel_ray", "plane_vector",
     "propagate_color", "propagate_pass", "propagate_pixel", "random_depth", "random_normal", "ref_window",
     "refine_color", "refine_pass", "refine_pixel", "rng_u32", "rng_uniform", "row_coefficients",
-    "sample_padded", "score_all", "select_views", "source_cost", "top_k_cost", "transfer_depth", "view_costs",
+    "sample_bilinear", "score_all", "select_views", "source_cost", "top_k_cost", "transfer_depth", "view_costs",
     "weighted_cost", "weighted_view_cost", "window_cost", "window_len",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from ..layout import COST_MAX, F_GEOM_CAP, F_GEOM_WEIGHT, I_GEOM, I_RADIUS, I_STEP, MIN_VAR
@@ -15,13 +14,11 @@ from .geometry import pixel_ray
 
 @njit(cache=True)
 def ref_window(ref, x, y, radius, step, sigma_spatial, sigma_color, rv, rw):
-    """Fill rw (bilateral weights, summing to 1) and rv (weight x (value - centre value)).
+    """Fill rv (values minus the centre pixel's) and rw (bilateral weights, summing to 1).
 
-    Returns (weighted mean of the values minus the centre's, their weighted variance). ACMM's
-    weight form: exp(-|d| / (2 sigma_s^2) - |I - I_centre| / (2 sigma_c^2)) with |d| the
-    Euclidean offset. Samples off the reference image repeat its border pixels. rv keeps the
-    weighted value, not the value: window_cost's cross term needs w x value for every sample of
-    every hypothesis, so the product is formed once per pixel here (the same rounded product).
+    Returns (weighted mean of rv, weighted variance of rv). ACMM's weight form:
+    exp(-|d| / (2 sigma_s^2) - |I - I_centre| / (2 sigma_c^2)) with |d| the Euclidean offset.
+    Samples off the reference image repeat its border pixels.
     """
     H, W = ref.shape
     centre = ref[y, x]
@@ -43,35 +40,26 @@ def ref_window(ref, x, y, radius, step, sigma_spatial, sigma_color, rv, rw):
     sq = 0.0
     for i in range(k):
         rw[i] /= wsum
-        wv = rw[i] * rv[i]
-        mean += wv
-        sq += wv * rv[i]
-        rv[i] = wv
+        mean += rw[i] * rv[i]
+        sq += rw[i] * rv[i] * rv[i]
     return mean, sq - mean * mean
 
 
 @njit(cache=True, inline="always")
-def sample_padded(srcs, s, xmax, ymax, sx, sy):
-    """Bilinear sample of source s at image coordinates (pixel centres at +0.5), clamp-to-edge.
-
-    srcs is the edge-padded stack (padding.edge_padded: source s's pixel (i, j) at [s, i+1, j+1],
-    ringed by a copy of its own border); xmax, ymax = its width - 1, height - 1. Clamping the
-    corner to [-1, max] and reading the ring gives exactly the texels of clamping each of the
-    four taps to [0, max] (a tap left of the image reads column 0 either way), with two clamps
-    instead of four, and the indices are never negative (no wrap-around test per load).
-    """
+def sample_bilinear(img, w, h, sx, sy):
+    """Bilinear sample at image coordinates (pixel centres at +0.5), clamp-to-edge addressing."""
     fx = sx - 0.5
     fy = sy - 0.5
     x0 = math.floor(fx)
     y0 = math.floor(fy)
     ax = fx - x0
     ay = fy - y0
-    xa = np.uint64(min(max(x0, -1), xmax) + 1)
-    ya = np.uint64(min(max(y0, -1), ymax) + 1)
-    xb = xa + np.uint64(1)
-    yb = ya + np.uint64(1)
-    top = srcs[s, ya, xa] * (1.0 - ax) + srcs[s, ya, xb] * ax
-    bot = srcs[s, yb, xa] * (1.0 - ax) + srcs[s, yb, xb] * ax
+    xa = min(max(int(x0), 0), w - 1)
+    xb = min(max(int(x0) + 1, 0), w - 1)
+    ya = min(max(int(y0), 0), h - 1)
+    yb = min(max(int(y0) + 1, 0), h - 1)
+    top = img[ya, xa] * (1.0 - ax) + img[ya, xb] * ax
+    bot = img[yb, xa] * (1.0 - ax) + img[yb, xb] * ax
     return top * (1.0 - ay) + bot * ay
 
 
@@ -98,55 +86,45 @@ def row_coefficients(Hm, xc, yr):
 
 
 @njit(cache=True)
-def window_cost(rv, rw, mean_r, var_r, centre, srcs, s, sw, sh, Hm, x, y, radius, step):
-    """1 - bilateral NCC of the window at (x, y) mapped through homography Hm [3, 3] into source s
-    of the edge-padded stack srcs (sample_padded), of size sw x sh; rv, rw from ref_window.
+def window_cost(rv, rw, mean_r, var_r, centre, src, sw, sh, Hm, x, y, radius, step):
+    """1 - bilateral NCC of the window at (x, y) mapped through homography Hm [3, 3].
 
     COST_MAX when any corner sample of the window maps outside [0, sw] x [0, sh] or behind the
     source, or when either side has no variance. Within a window row the sample positions come
-    from `row_coefficients` (one division per row, none per sample), as on the GPU. Inlined into
-    its callers (with one exit): as a call it spent ~10 % of its time on Numba's reference counts
-    of its array arguments.
+    from `row_coefficients` (one division per row, none per sample), as on the GPU.
     """
-    cost = COST_MAX
-    inside = not var_r < MIN_VAR   # (a NaN variance goes on, as before)
+    if var_r < MIN_VAR:
+        return COST_MAX
     xc = x + 0.5
     for cy in (-radius, radius):
         for cx in (-radius, radius):
             px = xc + cx
             py = y + 0.5 + cy
             wz = Hm[2, 0] * px + Hm[2, 1] * py + Hm[2, 2]
-            if inside and wz > 0.0:
-                u = (Hm[0, 0] * px + Hm[0, 1] * py + Hm[0, 2]) / wz
-                v = (Hm[1, 0] * px + Hm[1, 1] * py + Hm[1, 2]) / wz
-                inside = u >= 0.0 and u <= sw and v >= 0.0 and v <= sh
-            else:
-                inside = False
-    if inside:
-        n = 2 * radius // step + 1
-        xmax = sw - 1
-        ymax = sh - 1
-        k = 0
-        s1 = 0.0
-        s2 = 0.0
-        s12 = 0.0
-        for dy in range(-radius, radius + 1, step):
-            bx, ax, qx, by, ay, qy = row_coefficients(Hm, xc, y + 0.5 + dy)
-            fdx = float(-radius)   # the column offset as a float, stepped exactly (small integers)
-            for _ in range(n):
-                val = sample_padded(srcs, s, xmax, ymax, bx + fdx * (ax + qx * fdx), by + fdx * (ay + qy * fdx)) \
-                    - centre
-                w = rw[k]
-                s1 += w * val
-                s2 += w * val * val
-                s12 += rv[k] * val
-                k += 1
-                fdx += step
-        var_s = s2 - s1 * s1
-        if not var_s < MIN_VAR:
-            ncc = (s12 - mean_r * s1) / math.sqrt(var_r * var_s)
-            cost = min(COST_MAX, max(0.0, 1.0 - ncc))
-    return cost
+            if not wz > 0.0:
+                return COST_MAX
+            u = (Hm[0, 0] * px + Hm[0, 1] * py + Hm[0, 2]) / wz
+            v = (Hm[1, 0] * px + Hm[1, 1] * py + Hm[1, 2]) / wz
+            if not (u >= 0.0 and u <= sw and v >= 0.0 and v <= sh):
+                return COST_MAX
+    k = 0
+    s1 = 0.0
+    s2 = 0.0
+    s12 = 0.0
+    for dy in range(-radius, radius + 1, step):
+        bx, ax, qx, by, ay, qy = row_coefficients(Hm, xc, y + 0.5 + dy)
+        for dx in range(-radius, radius + 1, step):
+            s = sample_bilinear(src, sw, sh, bx + dx * (ax + qx * dx), by + dx * (ay + qy * dx)) - centre
+            w = rw[k]
+            s1 += w * s
+            s2 += w * s * s
+            s12 += w * rv[k] * s
+            k += 1
+    var_s = s2 - s1 * s1
+    if var_s < MIN_VAR:
+        return COST_MAX
+    ncc = (s12 - mean_r * s1) / math.sqrt(var_r * var_s)
+    return min(COST_MAX, max(0.0, 1.0 - ncc))
 
 
 @njit(cache=True, inline="always")
@@ -204,7 +182,7 @@ def source_cost(rv, rw, mean_r, var_r, centre, srcs, sizes, M, e, geo, fparams, 
         Hm[i, 0] = M[s, i, 0] - e[s, i] * v0
         Hm[i, 1] = M[s, i, 1] - e[s, i] * v1
         Hm[i, 2] = M[s, i, 2] - e[s, i] * v2
-    c = window_cost(rv, rw, mean_r, var_r, centre, srcs, s, sizes[s, 0], sizes[s, 1], Hm,
+    c = window_cost(rv, rw, mean_r, var_r, centre, srcs[s], sizes[s, 0], sizes[s, 1], Hm,
                     x, y, iparams[I_RADIUS], iparams[I_STEP])
     if iparams[I_GEOM] != 0:
         gdepths, Minv, fvec = geo

@@ -10,18 +10,12 @@ from numba import njit, prange
 from ..layout import F_SIGMA_COLOR, F_SIGMA_SPATIAL, I_RADIUS, I_SEED, I_STEP, NUM_CANDIDATES
 from .cost import ref_window, view_costs
 from .drivers import window_len
-from .padding import edge_padded
 from .view_selection import find_candidates, select_views
 
 
-def debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixels, planes, out):
-    """out [N, S] = per-source costs of planes [N, 4] (nx, ny, nz, depth) at pixels [N, 2] (x, y);
-    srcs [S, Hmax, Wmax] as packing.padded_sources makes it (edge-padded here, as the drivers do)."""
-    _debug_view_costs(ref, edge_padded(srcs, sizes), sizes, K_inv, M, e, geo, fparams, iparams, pixels, planes, out)
-
-
 @njit(parallel=True, cache=True)
-def _debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixels, planes, out):
+def debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixels, planes, out):
+    """out [N, S] = per-source costs of planes [N, 4] (nx, ny, nz, depth) at pixels [N, 2] (x, y)."""
     N = pixels.shape[0]
     S = srcs.shape[0]
     nw = window_len(iparams)

@@ -14,7 +14,6 @@ from numba import get_num_threads, njit, prange
 
 from ..layout import F_SIGMA_COLOR, F_SIGMA_SPATIAL, I_RADIUS, I_STEP, NUM_CANDIDATES
 from .cost import ref_window, view_costs
-from .padding import edge_padded
 from .propagation import init_pixel, propagate_pixel
 from .refinement import refine_pixel
 from .view_selection import weighted_cost
@@ -31,14 +30,6 @@ def _lanes(H: int) -> int:
     """prange iterations of a driver: one per Numba thread (at most one per row). Asked here in
     Python, not inside the jitted driver: there it would make the driver uncacheable."""
     return max(1, min(get_num_threads(), H))
-
-
-def _launch(driver, args):
-    """driver(*args, lanes) with args[1], the [S, Hmax, Wmax] source stack (sizes in args[2]),
-    replaced by its edge-padded copy (padding.edge_padded), which window_cost reads."""
-    args = list(args)
-    args[1] = edge_padded(args[1], args[2])
-    driver(*args, _lanes(args[0].shape[0]))
 
 
 @njit(parallel=True, cache=True)
@@ -61,7 +52,7 @@ def _init_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth, 
 
 def init_all(*args):
     """Run _init_all with one lane per Numba thread (same arguments as _init_all, less T)."""
-    _launch(_init_all, args)
+    _init_all(*args, _lanes(args[0].shape[0]))
 
 
 @njit(parallel=True, cache=True)
@@ -91,7 +82,7 @@ def _propagate_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color
 
 def propagate_color(*args):
     """Run _propagate_color with one lane per Numba thread (same arguments as _propagate_color, less T)."""
-    _launch(_propagate_color, args)
+    _propagate_color(*args, _lanes(args[0].shape[0]))
 
 
 @njit(parallel=True, cache=True)
@@ -111,7 +102,7 @@ def _refine_color(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, color, p
 
 def refine_color(*args):
     """Run _refine_color with one lane per Numba thread (same arguments as _refine_color, less T)."""
-    _launch(_refine_color, args)
+    _refine_color(*args, _lanes(args[0].shape[0]))
 
 
 @njit(parallel=True, cache=True)
@@ -142,4 +133,4 @@ def _score_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, plane, weig
 
 def score_all(*args):
     """Run _score_all with one lane per Numba thread (same arguments as _score_all, less T)."""
-    _launch(_score_all, args)
+    _score_all(*args, _lanes(args[0].shape[0]))
