@@ -79,7 +79,10 @@ def test_penalty_matches_cpu_on_random_inputs(cupy):
                                                 cupy.asarray(hyps)))
     want = np.array([cpu.planar_penalty(prior[j].astype(np.float64), *hyps[j].astype(np.float64), f)
                      for j in range(n)])
-    np.testing.assert_allclose(got, want, atol=2e-6, rtol=1e-4)
+    # float32 on the GPU: 1 - cos of two unit normals cancels to ~1e-7, divided by sigma_angle^2
+    # (5 degrees: 0.0076) and scaled by the weight (0.3) that is ~4e-6 (the H200 run at 2a8b9e9 saw
+    # 2.6e-6 on 2 of 20000 inputs with atol 2e-6); the twin computes in float64
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
     assert (want[prior[:, 3] <= 0] == 0).all() and 0.05 < want.mean() < 0.25   # the inputs span the range
     assert np.mean((want > 0.01) & (want < 0.29)) > 0.3
 
@@ -148,7 +151,12 @@ def test_propagate_with_planar_prior_matches_cpu(cupy):
         assert np.isfinite(cost_gpu[mine]).all()
         same = np.isclose(plane_gpu, plane_cpu, rtol=1e-4, atol=1e-5).all(-1)[mine]
         assert same.mean() > 0.9, same.mean()   # view-selection draws may flip on near-ties
-        np.testing.assert_allclose(cost_gpu[mine][same], cost_cpu[mine][same], atol=3e-3)
+        # a flipped draw changes the views a cost averages even for the same plane (11 of 9568
+        # pixels on the H200 at 2a8b9e9, up to 0.06): compare costs where the views agree too,
+        # as test_view_selection_matches_cpu allows 0.5 % of draws to differ
+        same_views = same & (cupy.asnumpy(sel_gpu) == sel_cpu)[mine]
+        assert same_views.mean() > 0.9, same_views.mean()
+        np.testing.assert_allclose(cost_gpu[mine][same_views], cost_cpu[mine][same_views], atol=3e-3)
     dev.release()
 
 
