@@ -51,19 +51,11 @@ def _cells(pts, lo, inv_h, nx, ny, nz):
 
 
 @numba.njit(cache=True, nogil=True)
-def _bucket(pts, rows, xs, n_rows, nx):
-    """Points sorted by (row, x cell) with two stable counting sorts (x, then row): no comparison
-    sort. Returns the sorted points [N, 3] float32, their x cells [N] int32, row_start [n_rows + 1]."""
+def _bucket(pts, rows, xs, n_rows):
+    """Points (given sorted by x) grouped by row with a stable counting sort: each row then holds
+    its points in increasing x (and x cell). Returns the points [N, 3] float32, their x cells
+    [N] int32 and row_start [n_rows + 1] int64."""
     n = pts.shape[0]
-    pos_x = np.zeros(nx + 1, np.int64)
-    for i in range(n):
-        pos_x[xs[i] + 1] += 1
-    for c in range(nx):
-        pos_x[c + 1] += pos_x[c]
-    by_x = np.empty(n, np.int64)
-    for i in range(n):
-        by_x[pos_x[xs[i]]] = i
-        pos_x[xs[i]] += 1
     row_start = np.zeros(n_rows + 1, np.int64)
     for i in range(n):
         row_start[rows[i] + 1] += 1
@@ -72,8 +64,7 @@ def _bucket(pts, rows, xs, n_rows, nx):
     pos = row_start[:-1].copy()
     out_pts = np.empty((n, 3), np.float32)
     out_x = np.empty(n, np.int32)
-    for k in range(n):
-        i = by_x[k]
+    for i in range(n):
         j = pos[rows[i]]
         pos[rows[i]] += 1
         out_pts[j, 0] = pts[i, 0]
@@ -84,33 +75,46 @@ def _bucket(pts, rows, xs, n_rows, nx):
 
 
 @numba.njit(cache=True, inline="always")
-def _lower(xs, a, b, v):
-    """First index in [a, b) with xs[k] >= v (xs sorted there)."""
-    while a < b:
-        m = (a + b) >> 1
-        if xs[m] < v:
-            a = m + 1
+def _d2(spts, j, qx, qy, qz):
+    """cKDTree's squared distance: float64 differences, ((dx^2 + dy^2) + dz^2)."""
+    dx = np.float64(spts[j, 0]) - qx
+    dy = np.float64(spts[j, 1]) - qy
+    dz = np.float64(spts[j, 2]) - qz
+    d2 = dx * dx + dy * dy
+    return d2 + dz * dz
+
+
+@numba.njit(cache=True, inline="always")
+def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2):
+    """Scan row points [a, b) with x cell in [x0, x1] outward from the query's x; stop a side once
+    dx^2 > min(best, cap2): a float64 d2 is never below its rounded dx^2 (rounding is monotone),
+    so no point beyond can come nearer. Returns the new best."""
+    lo = a
+    hi = b
+    while lo < hi:  # first point with x >= qx
+        m = (lo + hi) >> 1
+        if np.float64(spts[m, 0]) < qx:
+            lo = m + 1
         else:
-            b = m
-    return a
-
-
-@numba.njit(cache=True, inline="always")
-def _scan(spts, sx, a, b, x0, x1, qx, qy, qz, best):
-    lo = _lower(sx, a, b, x0)
-    return _dist_range(spts, lo, _lower(sx, lo, b, x1 + 1), qx, qy, qz, best)
-
-
-@numba.njit(cache=True, inline="always")
-def _dist_range(spts, lo, hi, qx, qy, qz, best):
-    for j in range(lo, hi):
+            hi = m
+    j = lo
+    while j < b and sx[j] <= x1:
         dx = np.float64(spts[j, 0]) - qx
-        dy = np.float64(spts[j, 1]) - qy
-        dz = np.float64(spts[j, 2]) - qz
-        d2 = dx * dx + dy * dy
-        d2 = d2 + dz * dz
+        if dx * dx > min(best, cap2):
+            break
+        d2 = _d2(spts, j, qx, qy, qz)
         if d2 < best:
             best = d2
+        j += 1
+    j = lo - 1
+    while j >= a and sx[j] >= x0:
+        dx = np.float64(spts[j, 0]) - qx
+        if dx * dx > min(best, cap2):
+            break
+        d2 = _d2(spts, j, qx, qy, qz)
+        if d2 < best:
+            best = d2
+        j -= 1
     return best
 
 
@@ -122,73 +126,42 @@ def _gap(u, c):
 
 
 @numba.njit(cache=True, nogil=True)
-def _ball_scan(spts, sx, rs, nx, ny, nz, ux, uy, uz, h, qx, qy, qz, best, ub2):
-    """min(best, d2 of every point within sqrt(min(best, ub2)) of the query): rows nearest first,
-    each row's x range cut to what the current radius leaves (exact: the pruning is conservative)."""
-    r2 = min(best, ub2)
-    rc = math.sqrt(r2) / h + CERTIFY_MARGIN  # radius in cells
-    cy = math.floor(uy)
-    cz = math.floor(uz)
-    kz = int(math.floor(uz + rc)) - int(cz)
-    kz = max(kz, int(cz) - int(math.floor(uz - rc)))
-    ky = int(math.floor(uy + rc)) - int(cy)
-    ky = max(ky, int(cy) - int(math.floor(uy - rc)))
-    for az in range(2 * kz + 1):
-        z = int(cz) + ((az + 1) // 2 if az % 2 else -(az // 2))  # 0, +1, -1, +2, ...
+def _scan_rows(spts, sx, rs, nx, ny, nz, h, ux, uy, uz, k, qx, qy, qz, best, cap2):
+    """Rows within k cells of the query's (nearest first, those farther than the current radius
+    skipped), each walked over x cells within k of the query's; returns the new best."""
+    cx = int(math.floor(ux))
+    cy = int(math.floor(uy))
+    cz = int(math.floor(uz))
+    for az in range(2 * k + 1):
+        z = cz + ((az + 1) // 2 if az % 2 else -(az // 2))  # cz, cz + 1, cz - 1, cz + 2, ...
         if z < 0 or z >= nz:
             continue
         gz = _gap(uz, z) * h
-        if gz * gz > r2:
-            continue
-        for ay in range(2 * ky + 1):
-            y = int(cy) + ((ay + 1) // 2 if ay % 2 else -(ay // 2))
+        for ay in range(2 * k + 1):
+            y = cy + ((ay + 1) // 2 if ay % 2 else -(ay // 2))
             if y < 0 or y >= ny:
                 continue
             gy = _gap(uy, y) * h
-            g2 = gz * gz + gy * gy
-            if g2 > r2:
+            if gz * gz + gy * gy > min(best, cap2):
                 continue
             row = z * ny + y
             a = rs[row]
             b = rs[row + 1]
-            if a == b:
-                continue
-            xr = math.sqrt(r2 - g2) / h + CERTIFY_MARGIN
-            x0 = max(0, int(math.floor(ux - xr)))
-            x1 = min(nx - 1, int(math.floor(ux + xr)))
-            if x0 > x1:
-                continue
-            best = _scan(spts, sx, a, b, x0, x1, qx, qy, qz, best)
-            r2 = min(best, ub2)
+            if a < b:
+                best = _walk_row(spts, sx, a, b, cx - k, cx + k, qx, qy, qz, best, cap2)
     return best
 
 
 @numba.njit(parallel=True, cache=True)
-def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lvl_lo, lvl_h, lvl_dims, ub2, out):
+def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h, lvl_dims, ub2, out):
     """out[i] = sqrt(min d2)^2 if min d2 < ub2 else inf, for every query ([Q, 3] float32 or float64).
 
     Per query: on levels fine to coarse, scan the 3 x 3 x 3 cells around it until a point turns
-    up (done if certified: nearer than the block's faces); then one ball scan, on the finest
-    level whose cells are at least half the ball's radius, finds the exact minimum."""
+    up (done if certified: nearer than the block's faces); otherwise one scan of every cell within
+    sqrt(min(best, ub2)), on the finest level whose cells are at least half that radius."""
     n_levels = lvl_h.shape[0]
     lim = 4.0e12  # query cells clamped far outside the grid: integer arithmetic cannot overflow
-    n_q = queries.shape[0]
-    n_chunks = min(n_q, 256)
-    for ch in numba.prange(n_chunks):
-        # Consecutive queries (a scan's neighbouring rays) mostly share their finest-level cell:
-        # its 9 row ranges are looked up once per run of such queries, not per query.
-        c_lo = np.zeros(9, np.int64)
-        c_hi = np.zeros(9, np.int64)
-        c_key = (np.int64(-1), np.int64(-1), np.int64(-1))
-        for i in range(ch * n_q // n_chunks, (ch + 1) * n_q // n_chunks):
-            c_key = _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lvl_lo, lvl_h, lvl_dims,
-                           ub2, out, c_lo, c_hi, c_key, n_levels, lim)
-
-
-@numba.njit(cache=True, nogil=True)
-def _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lvl_lo, lvl_h, lvl_dims, ub2, out,
-           c_lo, c_hi, c_key, n_levels, lim):
-    if True:
+    for i in numba.prange(queries.shape[0]):
         qx = np.float64(queries[i, 0])
         qy = np.float64(queries[i, 1])
         qz = np.float64(queries[i, 2])
@@ -196,70 +169,41 @@ def _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lvl_lo, l
         exact = False
         for lv in range(n_levels):
             h = lvl_h[lv]
-            nx = lvl_dims[lv, 0]
-            ny = lvl_dims[lv, 1]
-            nz = lvl_dims[lv, 2]
-            spts = lvl_pts[lvl_off[lv]:lvl_off[lv + 1]]
-            sx = lvl_x[lvl_off[lv]:lvl_off[lv + 1]]
-            rs = lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]]
-            ux = min(lim, max(-lim, (qx - lvl_lo[0]) / h))
-            uy = min(lim, max(-lim, (qy - lvl_lo[1]) / h))
-            uz = min(lim, max(-lim, (qz - lvl_lo[2]) / h))
-            cx = np.int64(math.floor(ux))
-            cy = np.int64(math.floor(uy))
-            cz = np.int64(math.floor(uz))
-            if lv == 0:
-                if (cx, cy, cz) != c_key:
-                    c_key = (cx, cy, cz)
-                    k = 0
-                    for z in range(cz - 1, cz + 2):
-                        for y in range(cy - 1, cy + 2):
-                            c_lo[k] = 0
-                            c_hi[k] = 0
-                            if 0 <= z < nz and 0 <= y < ny:
-                                a = rs[z * ny + y]
-                                b = rs[z * ny + y + 1]
-                                if a < b:
-                                    c_lo[k] = _lower(sx, a, b, cx - 1)
-                                    c_hi[k] = _lower(sx, c_lo[k], b, cx + 2)
-                            k += 1
-                for k in range(9):
-                    best = _dist_range(spts, c_lo[k], c_hi[k], qx, qy, qz, best)
-            else:
-                for z in range(max(cz - 1, 0), min(cz + 1, nz - 1) + 1):
-                    for y in range(max(cy - 1, 0), min(cy + 1, ny - 1) + 1):
-                        row = z * ny + y
-                        a = rs[row]
-                        b = rs[row + 1]
-                        if a < b:
-                            best = _scan(spts, sx, a, b, cx - 1, cx + 1, qx, qy, qz, best)
-            # every point not examined lies outside the block: at least this far
-            face = min(min(ux - cx, cx + 1 - ux), min(min(uy - cy, cy + 1 - uy), min(uz - cz, cz + 1 - uz)))
-            cert = max(0.0, 1.0 + face - CERTIFY_MARGIN) * h
+            p0, p1 = lvl_off[lv], lvl_off[lv + 1]
+            ux = min(lim, max(-lim, (qx - lo[0]) / h))
+            uy = min(lim, max(-lim, (qy - lo[1]) / h))
+            uz = min(lim, max(-lim, (qz - lo[2]) / h))
+            best = _scan_rows(lvl_pts[p0:p1], lvl_x[p0:p1], lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]],
+                              lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h, ux, uy, uz, 1,
+                              qx, qy, qz, best, np.inf)
+            # every point not examined lies outside the block, or has d2 > best: at least this far
+            fx = min(ux - math.floor(ux), math.floor(ux) + 1 - ux)
+            fy = min(uy - math.floor(uy), math.floor(uy) + 1 - uy)
+            fz = min(uz - math.floor(uz), math.floor(uz) + 1 - uz)
+            cert = max(0.0, 1.0 + min(fx, min(fy, fz)) - CERTIFY_MARGIN) * h
             if best <= cert * cert or cert * cert >= ub2:
                 exact = True
                 break
             if best < np.inf:
                 break
         if not exact:
-            # a point within sqrt(best) (or none within the coarsest block, best = inf): scan the
-            # ball of radius sqrt(min(best, ub2)) on the finest level with cells >= radius / 2
-            r = math.sqrt(min(best, ub2))
+            r2 = min(best, ub2)
+            r = math.sqrt(r2)
             lv = 0
             while lv + 1 < n_levels and lvl_h[lv] < 0.5 * r:
                 lv += 1
             h = lvl_h[lv]
-            best = _ball_scan(lvl_pts[lvl_off[lv]:lvl_off[lv + 1]], lvl_x[lvl_off[lv]:lvl_off[lv + 1]],
-                              lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]],
-                              lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2],
-                              min(lim, max(-lim, (qx - lvl_lo[0]) / h)), min(lim, max(-lim, (qy - lvl_lo[1]) / h)),
-                              min(lim, max(-lim, (qz - lvl_lo[2]) / h)), h, qx, qy, qz, best, ub2)
+            p0, p1 = lvl_off[lv], lvl_off[lv + 1]
+            k = int(math.ceil(r / h + CERTIFY_MARGIN)) + 1
+            best = _scan_rows(lvl_pts[p0:p1], lvl_x[p0:p1], lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]],
+                              lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h,
+                              min(lim, max(-lim, (qx - lo[0]) / h)), min(lim, max(-lim, (qy - lo[1]) / h)),
+                              min(lim, max(-lim, (qz - lo[2]) / h)), k, qx, qy, qz, best, ub2)
         if best < ub2:
             d = math.sqrt(best)
             out[i] = d * d
         else:
             out[i] = np.inf
-    return c_key
 
 
 def _level_grid(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, h: float):
@@ -270,7 +214,7 @@ def _level_grid(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, h: float):
             break
         h *= 2.0  # far-spread points: coarser cells keep the row table small; still exact
     rows, xs = _cells(pts, lo, 1.0 / h, int(dims[0]), int(dims[1]), int(dims[2]))
-    spts, sx, row_start = _bucket(pts, rows, xs, int(dims[1]) * int(dims[2]), int(dims[0]))
+    spts, sx, row_start = _bucket(pts, rows, xs, int(dims[1]) * int(dims[2]))
     return spts, sx, row_start, h, dims
 
 
@@ -295,6 +239,7 @@ def nearest_dist2_grid(queries: np.ndarray, points: np.ndarray, max_dist: float,
         pts = np.ascontiguousarray(pts[keep])
     if pts.shape[0] == 0:
         return out
+    pts = pts[np.argsort(pts[:, 0], kind="stable")]  # every level's rows then hold x in order
     lo = pts.min(axis=0).astype(np.float64)
     hi = pts.max(axis=0).astype(np.float64)
     h = float(h0) if h0 else max(max_dist / 16.0, 1e-6)
