@@ -21,6 +21,8 @@ scores and written point results do not move by a rounding step.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -85,10 +87,10 @@ def _d2(spts, j, qx, qy, qz):
 
 
 @numba.njit(cache=True, inline="always")
-def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2):
+def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2, bp):
     """Scan row points [a, b) with x cell in [x0, x1] outward from the query's x; stop a side once
     dx^2 > min(best, cap2): a float64 d2 is never below its rounded dx^2 (rounding is monotone),
-    so no point beyond can come nearer. Returns the new best."""
+    so no point beyond can come nearer. Returns the new best; bp [3] gets its point."""
     lo = a
     hi = b
     while lo < hi:  # first point with x >= qx
@@ -105,6 +107,7 @@ def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2):
         d2 = _d2(spts, j, qx, qy, qz)
         if d2 < best:
             best = d2
+            bp[0], bp[1], bp[2] = spts[j, 0], spts[j, 1], spts[j, 2]
         j += 1
     j = lo - 1
     while j >= a and sx[j] >= x0:
@@ -114,6 +117,7 @@ def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2):
         d2 = _d2(spts, j, qx, qy, qz)
         if d2 < best:
             best = d2
+            bp[0], bp[1], bp[2] = spts[j, 0], spts[j, 1], spts[j, 2]
         j -= 1
     return best
 
@@ -125,8 +129,8 @@ def _gap(u, c):
     return max(0.0, g - CERTIFY_MARGIN)
 
 
-@numba.njit(cache=True, nogil=True)
-def _scan_rows(spts, sx, rs, nx, ny, nz, h, ux, uy, uz, k, qx, qy, qz, best, cap2):
+@numba.njit(cache=True, inline="always")
+def _scan_rows(spts, sx, rs, p0, r0, nx, ny, nz, h, ux, uy, uz, k, qx, qy, qz, best, cap2, bp):
     """Rows within k cells of the query's (nearest first, those farther than the current radius
     skipped), each walked over x cells within k of the query's; returns the new best."""
     cx = int(math.floor(ux))
@@ -144,11 +148,11 @@ def _scan_rows(spts, sx, rs, nx, ny, nz, h, ux, uy, uz, k, qx, qy, qz, best, cap
             gy = _gap(uy, y) * h
             if gz * gz + gy * gy > min(best, cap2):
                 continue
-            row = z * ny + y
-            a = rs[row]
-            b = rs[row + 1]
+            row = r0 + z * ny + y
+            a = p0 + rs[row]
+            b = p0 + rs[row + 1]
             if a < b:
-                best = _walk_row(spts, sx, a, b, cx - k, cx + k, qx, qy, qz, best, cap2)
+                best = _walk_row(spts, sx, a, b, cx - k, cx + k, qx, qy, qz, best, cap2, bp)
     return best
 
 
@@ -161,21 +165,41 @@ def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h,
     sqrt(min(best, ub2)), on the finest level whose cells are at least half that radius."""
     n_levels = lvl_h.shape[0]
     lim = 4.0e12  # query cells clamped far outside the grid: integer arithmetic cannot overflow
-    for i in numba.prange(queries.shape[0]):
+    n_q = queries.shape[0]
+    n_chunks = min(n_q, 1024)
+    for ch in numba.prange(n_chunks):
+        bp = np.empty(3, np.float32)  # the previous query's nearest point (a scan's rays are in order)
+        have_prev = False
+        for i in range(ch * n_q // n_chunks, (ch + 1) * n_q // n_chunks):
+            have_prev = _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h, lvl_dims,
+                               ub2, out, n_levels, lim, bp, have_prev)
+
+
+@numba.njit(cache=True, inline="always")
+def _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h, lvl_dims, ub2, out, n_levels,
+           lim, bp, have_prev):
+    """One query of _nearest; returns whether bp holds a point for the next query's start."""
+    if True:  # (indentation of the former loop body)
         qx = np.float64(queries[i, 0])
         qy = np.float64(queries[i, 1])
         qz = np.float64(queries[i, 2])
+        # Start from the distance to the previous query's nearest point, an actual point: every
+        # cut-off below then prunes from the first row on, and the minimum stays exact.
         best = np.inf
+        if have_prev:
+            ex = np.float64(bp[0]) - qx
+            ey = np.float64(bp[1]) - qy
+            ez = np.float64(bp[2]) - qz
+            best = ex * ex + ey * ey
+            best = best + ez * ez  # as _d2
         exact = False
         for lv in range(n_levels):
             h = lvl_h[lv]
-            p0, p1 = lvl_off[lv], lvl_off[lv + 1]
             ux = min(lim, max(-lim, (qx - lo[0]) / h))
             uy = min(lim, max(-lim, (qy - lo[1]) / h))
             uz = min(lim, max(-lim, (qz - lo[2]) / h))
-            best = _scan_rows(lvl_pts[p0:p1], lvl_x[p0:p1], lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]],
-                              lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h, ux, uy, uz, 1,
-                              qx, qy, qz, best, np.inf)
+            best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h, ux, uy, uz, 1,
+                              qx, qy, qz, best, np.inf, bp)
             # every point not examined lies outside the block, or has d2 > best: at least this far
             fx = min(ux - math.floor(ux), math.floor(ux) + 1 - ux)
             fy = min(uy - math.floor(uy), math.floor(uy) + 1 - uy)
@@ -193,17 +217,16 @@ def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h,
             while lv + 1 < n_levels and lvl_h[lv] < 0.5 * r:
                 lv += 1
             h = lvl_h[lv]
-            p0, p1 = lvl_off[lv], lvl_off[lv + 1]
             k = int(math.ceil(r / h + CERTIFY_MARGIN)) + 1
-            best = _scan_rows(lvl_pts[p0:p1], lvl_x[p0:p1], lvl_rows[lvl_row_off[lv]:lvl_row_off[lv + 1]],
-                              lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h,
+            best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h,
                               min(lim, max(-lim, (qx - lo[0]) / h)), min(lim, max(-lim, (qy - lo[1]) / h)),
-                              min(lim, max(-lim, (qz - lo[2]) / h)), k, qx, qy, qz, best, ub2)
+                              min(lim, max(-lim, (qz - lo[2]) / h)), k, qx, qy, qz, best, ub2, bp)
         if best < ub2:
             d = math.sqrt(best)
             out[i] = d * d
-        else:
-            out[i] = np.inf
+            return True
+        out[i] = np.inf
+        return False
 
 
 def _level_grid(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, h: float):
@@ -243,17 +266,17 @@ def nearest_dist2_grid(queries: np.ndarray, points: np.ndarray, max_dist: float,
     lo = pts.min(axis=0).astype(np.float64)
     hi = pts.max(axis=0).astype(np.float64)
     h = float(h0) if h0 else max(max_dist / 16.0, 1e-6)
-    levels = []
-    while True:  # fine to coarse until a block of 3 x 3 x 3 cells reaches past ub
-        spts, sx, rs, h, dims = _level_grid(pts, lo, hi, h)
-        levels.append((spts, sx, rs, h, dims))
-        if 2.0 * h >= ub:  # the ball scan covers the rest (radius ub on this level)
-            break
-        h *= LEVEL_GROWTH
+    sizes = [h]
+    while 2.0 * sizes[-1] < ub:  # fine to coarse; the ball scan covers the rest (radius ub, last level)
+        sizes.append(sizes[-1] * LEVEL_GROWTH)
+    # the levels are independent and their Numba builds release the GIL: build them side by side
+    with ThreadPoolExecutor(min(len(sizes), os.cpu_count() or 1)) as pool:
+        levels = list(pool.map(lambda size: _level_grid(pts, lo, hi, size), sizes))
     _nearest(q, np.concatenate([lv[0] for lv in levels]), np.concatenate([lv[1] for lv in levels]),
              np.concatenate([lv[2] for lv in levels]),
              np.cumsum([0] + [len(lv[0]) for lv in levels]).astype(np.int64),
              np.cumsum([0] + [len(lv[2]) for lv in levels]).astype(np.int64),
              lo, np.array([lv[3] for lv in levels], np.float64),
              np.array([lv[4] for lv in levels], np.int64), ub * ub, out)
+    # (levels are concatenated so the kernel takes a fixed number of arrays)
     return out
