@@ -50,7 +50,7 @@ def direction_cells(points: np.ndarray, n_incl: int, n_az: int) -> np.ndarray:
 class SphereGrids:
     """All scans' points binned by direction, concatenated (arrays ready for Numba/CUDA)."""
 
-    points: np.ndarray  # [M, 3] float64, scanner frames, sorted by (scan, cell)
+    points: np.ndarray  # [M, 3] float32 (as read), scanner frames, sorted by (scan, cell)
     norms: np.ndarray  # [M] float64, |S|
     starts: np.ndarray  # [sum_s (n_cells_s + 1)] int64, global point index where each cell starts
     start_base: np.ndarray  # [S] int64, offset of scan s's cells in `starts`
@@ -77,31 +77,28 @@ def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_sphere_grids(scans) -> SphereGrids:
-    """Bin every scan's points (see module doc); `scans` are mlp.Scan objects."""
+    """Bin every scan's points (see module doc); `scans` are mlp.Scan objects. CPU (Numba)."""
+    from .cpu import bin_scan_cpu  # noqa: PLC0415 (Numba: only the CPU path builds these)
+
     pts_all, norms_all, starts_all, base, ni, na, src = [], [], [], [], [], [], []
     offset_points = 0
     offset_starts = 0
     for scan in scans:
-        p = np.asarray(scan.points, dtype=np.float64)
-        nrm = np.sqrt((p * p).sum(axis=1))
-        keep = np.flatnonzero(nrm > 0)
-        p, nrm = p[keep], nrm[keep]
-        n_incl, n_az = grid_shape(len(p))
-        cells = direction_cells(p, n_incl, n_az) if len(p) else np.zeros(0, np.int64)
-        order = np.argsort(cells, kind="stable")
-        starts = np.searchsorted(cells[order], np.arange(n_incl * n_az + 1)) + offset_points
+        p = np.ascontiguousarray(scan.points, dtype=np.float32)
+        n_incl, n_az = grid_shape(int(np.count_nonzero(np.any(p != 0, axis=1))))
+        order, starts, nrm = bin_scan_cpu(p, n_incl, n_az)
         pts_all.append(p[order])
         norms_all.append(nrm[order])
-        starts_all.append(starts.astype(np.int64))
+        starts_all.append(starts + offset_points)
         base.append(offset_starts)
         ni.append(n_incl)
         na.append(n_az)
-        src.append(keep[order])
-        offset_points += len(p)
+        src.append(order)
+        offset_points += len(order)
         offset_starts += len(starts)
     rot, trans = scan_from_world(scans)
     return SphereGrids(
-        points=np.ascontiguousarray(np.concatenate(pts_all) if pts_all else np.zeros((0, 3))),
+        points=np.ascontiguousarray(np.concatenate(pts_all) if pts_all else np.zeros((0, 3), np.float32)),
         norms=np.concatenate(norms_all) if norms_all else np.zeros(0),
         starts=np.concatenate(starts_all) if starts_all else np.zeros(0, np.int64),
         start_base=np.asarray(base, dtype=np.int64),
