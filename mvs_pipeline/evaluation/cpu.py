@@ -204,6 +204,31 @@ def _counting_sort(cells, n_cells):
     return order, starts[:n_cells + 1]
 
 
+@numba.njit(parallel=True, cache=True)
+def _gather(p, norms, order, out_p, out_n, offset):
+    for k in numba.prange(order.shape[0]):
+        i = order[k]
+        out_p[offset + k, 0] = p[i, 0]
+        out_p[offset + k, 1] = p[i, 1]
+        out_p[offset + k, 2] = p[i, 2]
+        out_n[offset + k] = norms[i]
+
+
+@numba.njit(parallel=True, cache=True)
+def count_nonzero_points(p):
+    """Number of points [M, 3] other than the origin (|S| > 0)."""
+    n = 0
+    for i in numba.prange(p.shape[0]):
+        if p[i, 0] != 0 or p[i, 1] != 0 or p[i, 2] != 0:
+            n += 1
+    return n
+
+
+def gather_points(p, norms, order, out_p, out_n, offset: int) -> None:
+    """out_p[offset + k] = p[order[k]], out_n likewise (into the concatenated grid arrays)."""
+    _gather(p, norms, order, out_p, out_n, offset)
+
+
 def bin_scan_cpu(points: np.ndarray, n_incl: int, n_az: int):
     """(order, starts, norms) of one scan's points [M, 3] float32: order [M'] indexes the points
     with |S| > 0 sorted (stably) by direction cell, starts [n_incl * n_az + 1] are cell c's range

@@ -37,6 +37,40 @@ def upper_bound(max_dist: float) -> float:
     return max_dist * (1 + 1e-9) + 1e-12
 
 
+@numba.njit(parallel=True, cache=True)
+def _bbox(p):
+    """(lo [3], hi [3]) float64 of points [N > 0, 3]: NumPy's min(axis=0) on [N, 3] walks it strided."""
+    n_chunks = min(p.shape[0], 64)
+    los = np.empty((n_chunks, 3))
+    his = np.empty((n_chunks, 3))
+    for c in numba.prange(n_chunks):
+        a = c * p.shape[0] // n_chunks
+        b = (c + 1) * p.shape[0] // n_chunks
+        for k in range(3):
+            lo_k = np.float64(p[a, k])
+            hi_k = lo_k
+            for i in range(a + 1, b):
+                v = np.float64(p[i, k])
+                lo_k = min(lo_k, v)
+                hi_k = max(hi_k, v)
+            los[c, k] = lo_k
+            his[c, k] = hi_k
+    lo = np.empty(3)
+    hi = np.empty(3)
+    for k in range(3):
+        lo[k] = los[:, k].min()
+        hi[k] = his[:, k].max()
+    return lo, hi
+
+
+@numba.njit(parallel=True, cache=True)
+def _inside(p, lo, hi):
+    keep = np.empty(p.shape[0], np.bool_)
+    for i in numba.prange(p.shape[0]):
+        keep[i] = (lo[0] <= p[i, 0] <= hi[0]) and (lo[1] <= p[i, 1] <= hi[1]) and (lo[2] <= p[i, 2] <= hi[2])
+    return keep
+
+
 @numba.njit(cache=True, nogil=True)
 def _cells(pts, lo, inv_h, nx, ny, nz):
     """[N] int64 row (z * ny + y) and [N] int32 x cell of points inside the grid's box."""
@@ -255,16 +289,14 @@ def nearest_dist2_grid(queries: np.ndarray, points: np.ndarray, max_dist: float,
     # Points farther than ub from the queries' box along one axis can be nobody's neighbour: drop
     # them (a far outlier would otherwise stretch the grid).
     slack = ub * 1.001 + 1e-9
-    qlo = q.min(axis=0).astype(np.float64) - slack
-    qhi = q.max(axis=0).astype(np.float64) + slack
-    keep = np.all((pts >= qlo) & (pts <= qhi), axis=1)
+    qlo, qhi = _bbox(q)
+    keep = _inside(pts, qlo - slack, qhi + slack)
     if not keep.all():
         pts = np.ascontiguousarray(pts[keep])
     if pts.shape[0] == 0:
         return out
     pts = pts[np.argsort(pts[:, 0], kind="stable")]  # every level's rows then hold x in order
-    lo = pts.min(axis=0).astype(np.float64)
-    hi = pts.max(axis=0).astype(np.float64)
+    lo, hi = _bbox(pts)
     h = float(h0) if h0 else max(max_dist / 16.0, 1e-6)
     sizes = [h]
     while 2.0 * sizes[-1] < ub:  # fine to coarse; the ball scan covers the rest (radius ub, last level)

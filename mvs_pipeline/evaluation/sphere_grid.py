@@ -78,17 +78,20 @@ def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
 
 def build_sphere_grids(scans) -> SphereGrids:
     """Bin every scan's points (see module doc); `scans` are mlp.Scan objects. CPU (Numba)."""
-    from .cpu import bin_scan_cpu  # noqa: PLC0415 (Numba: only the CPU path builds these)
+    from .cpu import bin_scan_cpu, count_nonzero_points, gather_points  # noqa: PLC0415 (Numba: CPU path only)
 
-    pts_all, norms_all, starts_all, base, ni, na, src = [], [], [], [], [], [], []
+    clouds = [np.ascontiguousarray(scan.points, dtype=np.float32) for scan in scans]
+    counts = [count_nonzero_points(p) if len(p) else 0 for p in clouds]
+    total = int(sum(counts))
+    points = np.empty((total, 3), np.float32)  # written in place: no per-scan copies to concatenate
+    norms = np.empty(total, np.float64)
+    starts_all, base, ni, na, src = [], [], [], [], []
     offset_points = 0
     offset_starts = 0
-    for scan in scans:
-        p = np.ascontiguousarray(scan.points, dtype=np.float32)
-        n_incl, n_az = grid_shape(int(np.count_nonzero(np.any(p != 0, axis=1))))
+    for p, count in zip(clouds, counts):
+        n_incl, n_az = grid_shape(int(count))
         order, starts, nrm = bin_scan_cpu(p, n_incl, n_az)
-        pts_all.append(p[order])
-        norms_all.append(nrm[order])
+        gather_points(p, nrm, order, points, norms, offset_points)
         starts_all.append(starts + offset_points)
         base.append(offset_starts)
         ni.append(n_incl)
@@ -98,8 +101,8 @@ def build_sphere_grids(scans) -> SphereGrids:
         offset_starts += len(starts)
     rot, trans = scan_from_world(scans)
     return SphereGrids(
-        points=np.ascontiguousarray(np.concatenate(pts_all) if pts_all else np.zeros((0, 3), np.float32)),
-        norms=np.concatenate(norms_all) if norms_all else np.zeros(0),
+        points=points,
+        norms=norms,
         starts=np.concatenate(starts_all) if starts_all else np.zeros(0, np.int64),
         start_base=np.asarray(base, dtype=np.int64),
         n_incl=np.asarray(ni, dtype=np.int64),
