@@ -2,20 +2,20 @@
 
 For every query (GT point) the squared distance to the nearest reconstruction point, exact up to
 `max_dist` and +inf beyond: the same numbers, bit for bit, as the scipy cKDTree query it replaces
-(tests/evaluation/test_nearest_grid.py), which took ~20 CPU-s for 25 M queries against 5 M points
-(issue #21 item 2); this search is a few times cheaper and needs no float64 copy of the points.
+(tests/evaluation/test_nearest_grid.py), which took ~20 CPU-s (+ 2 s to build) for 25 M queries
+against 5 M points (issue #21 item 2); this takes ~8 + 3, and needs no float64 copy of the GT.
 
-How (the same idea as cuda.nearest_dist2_levels, arranged for a CPU):
-- level l sorts the points into cubic cells of size h_l = h_0 * LEVEL_GROWTH**l, by row (z, y),
-  then x cell; `row_start` [nz * ny + 1] gives each row's range, a binary search the x sub-range;
-- a query scans rings of cells around its own (ring r: the cells at Chebyshev distance r) and
-  stops once the best distance found is certified: every point not yet examined lies outside
-  the scanned block, so at least as far as the nearest block face (minus a rounding margin);
-- queries not certified after RINGS_PER_LEVEL rings go on to the next, coarser level; the last
-  level reaches max_dist. One query runs all its levels in one go (parallel over queries).
-Distances: float64 of the float32 coordinates, summed ((dx^2 + dy^2) + dz^2) as cKDTree does;
-the result is sqrt then squared again and compared with the bound cKDTree was given, so the
-scores and written point results do not move by a rounding step.
+How (the idea of cuda.nearest_dist2_levels, arranged for a CPU):
+- level l sorts the points into cubic cells of size h_l = h_0 * LEVEL_GROWTH**l by row (z, y);
+  `row_start` [nz * ny + 1] gives each row's range, in which the points are in increasing x;
+- a query scans the 3 x 3 rows around its cell, each from its own x outward, and stops a side
+  once dx^2 exceeds the best d2 so far (d2 >= dx^2 also after rounding); rows farther than the
+  best are skipped. The best starts at the distance to the previous query's nearest point
+  (consecutive GT points are neighbouring rays of a scan), an actual point, so it stays exact;
+- certified when the best is nearer than the faces of the 3 x 3 x 3 block; if no point was
+  found the query goes to the next, coarser level; otherwise (found, not certified) one scan
+  of every cell within the best distance, on a level with cells of about half that, finishes it.
+Cell sizes from max_dist / 16 (as the GPU's) up to max_dist / 2; levels are built in threads.
 """
 
 from __future__ import annotations
@@ -213,54 +213,53 @@ def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h,
 def _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h, lvl_dims, ub2, out, n_levels,
            lim, bp, have_prev):
     """One query of _nearest; returns whether bp holds a point for the next query's start."""
-    if True:  # (indentation of the former loop body)
-        qx = np.float64(queries[i, 0])
-        qy = np.float64(queries[i, 1])
-        qz = np.float64(queries[i, 2])
-        # Start from the distance to the previous query's nearest point, an actual point: every
-        # cut-off below then prunes from the first row on, and the minimum stays exact.
-        best = np.inf
-        if have_prev:
-            ex = np.float64(bp[0]) - qx
-            ey = np.float64(bp[1]) - qy
-            ez = np.float64(bp[2]) - qz
-            best = ex * ex + ey * ey
-            best = best + ez * ez  # as _d2
-        exact = False
-        for lv in range(n_levels):
-            h = lvl_h[lv]
-            ux = min(lim, max(-lim, (qx - lo[0]) / h))
-            uy = min(lim, max(-lim, (qy - lo[1]) / h))
-            uz = min(lim, max(-lim, (qz - lo[2]) / h))
-            best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h, ux, uy, uz, 1,
-                              qx, qy, qz, best, np.inf, bp)
-            # every point not examined lies outside the block, or has d2 > best: at least this far
-            fx = min(ux - math.floor(ux), math.floor(ux) + 1 - ux)
-            fy = min(uy - math.floor(uy), math.floor(uy) + 1 - uy)
-            fz = min(uz - math.floor(uz), math.floor(uz) + 1 - uz)
-            cert = max(0.0, 1.0 + min(fx, min(fy, fz)) - CERTIFY_MARGIN) * h
-            if best <= cert * cert or cert * cert >= ub2:
-                exact = True
-                break
-            if best < np.inf:
-                break
-        if not exact:
-            r2 = min(best, ub2)
-            r = math.sqrt(r2)
-            lv = 0
-            while lv + 1 < n_levels and lvl_h[lv] < 0.5 * r:
-                lv += 1
-            h = lvl_h[lv]
-            k = int(math.ceil(r / h + CERTIFY_MARGIN)) + 1
-            best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h,
-                              min(lim, max(-lim, (qx - lo[0]) / h)), min(lim, max(-lim, (qy - lo[1]) / h)),
-                              min(lim, max(-lim, (qz - lo[2]) / h)), k, qx, qy, qz, best, ub2, bp)
-        if best < ub2:
-            d = math.sqrt(best)
-            out[i] = d * d
-            return True
-        out[i] = np.inf
-        return False
+    qx = np.float64(queries[i, 0])
+    qy = np.float64(queries[i, 1])
+    qz = np.float64(queries[i, 2])
+    # Start from the distance to the previous query's nearest point, an actual point: every
+    # cut-off below then prunes from the first row on, and the minimum stays exact.
+    best = np.inf
+    if have_prev:
+        ex = np.float64(bp[0]) - qx
+        ey = np.float64(bp[1]) - qy
+        ez = np.float64(bp[2]) - qz
+        best = ex * ex + ey * ey
+        best = best + ez * ez  # as _d2
+    exact = False
+    for lv in range(n_levels):
+        h = lvl_h[lv]
+        ux = min(lim, max(-lim, (qx - lo[0]) / h))
+        uy = min(lim, max(-lim, (qy - lo[1]) / h))
+        uz = min(lim, max(-lim, (qz - lo[2]) / h))
+        best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h, ux, uy, uz, 1,
+                          qx, qy, qz, best, np.inf, bp)
+        # every point not examined lies outside the block, or has d2 > best: at least this far
+        fx = min(ux - math.floor(ux), math.floor(ux) + 1 - ux)
+        fy = min(uy - math.floor(uy), math.floor(uy) + 1 - uy)
+        fz = min(uz - math.floor(uz), math.floor(uz) + 1 - uz)
+        cert = max(0.0, 1.0 + min(fx, min(fy, fz)) - CERTIFY_MARGIN) * h
+        if best <= cert * cert or cert * cert >= ub2:
+            exact = True
+            break
+        if best < np.inf:
+            break
+    if not exact:
+        r2 = min(best, ub2)
+        r = math.sqrt(r2)
+        lv = 0
+        while lv + 1 < n_levels and lvl_h[lv] < 0.5 * r:
+            lv += 1
+        h = lvl_h[lv]
+        k = int(math.ceil(r / h + CERTIFY_MARGIN)) + 1
+        best = _scan_rows(lvl_pts, lvl_x, lvl_rows, lvl_off[lv], lvl_row_off[lv], lvl_dims[lv, 0], lvl_dims[lv, 1], lvl_dims[lv, 2], h,
+                          min(lim, max(-lim, (qx - lo[0]) / h)), min(lim, max(-lim, (qy - lo[1]) / h)),
+                          min(lim, max(-lim, (qz - lo[2]) / h)), k, qx, qy, qz, best, ub2, bp)
+    if best < ub2:
+        d = math.sqrt(best)
+        out[i] = d * d
+        return True
+    out[i] = np.inf
+    return False
 
 
 def _level_grid(pts: np.ndarray, lo: np.ndarray, hi: np.ndarray, h: float):
