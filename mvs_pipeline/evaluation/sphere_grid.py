@@ -78,7 +78,7 @@ def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
 
 def build_sphere_grids(scans) -> SphereGrids:
     """Bin every scan's points (see module doc); `scans` are mlp.Scan objects. CPU (Numba)."""
-    from .cpu import bin_scan_cpu, count_nonzero_points, gather_points  # noqa: PLC0415 (Numba: CPU path only)
+    from .sphere_bins import bin_scan_cpu, count_nonzero_points, gather_points  # noqa: PLC0415 (Numba: CPU only)
 
     clouds = [np.ascontiguousarray(scan.points, dtype=np.float32) for scan in scans]
     counts = [count_nonzero_points(p) if len(p) else 0 for p in clouds]

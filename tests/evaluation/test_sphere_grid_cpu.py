@@ -1,4 +1,4 @@
-"""The Numba binning of scan points (cpu.bin_scan_cpu via build_sphere_grids) against the NumPy
+"""The Numba binning of scan points (sphere_bins.bin_scan_cpu via build_sphere_grids) against the NumPy
 version it replaced: the same cells on random scans and the same accuracy results."""
 
 from __future__ import annotations
