@@ -24,7 +24,6 @@ import math
 
 import numba
 import numpy as np
-from scipy.spatial import cKDTree
 
 from .sphere_grid import ANGLE_SLACK, SphereGrids
 
@@ -55,9 +54,9 @@ def _test_range(pts, lo, hi, x0, x1, x2, b2, best, front):
     # the official ClassifyPoint in float32, operation for operation: d = S / |S|, t = d.X,
     # |X - t d|^2 <= b^2; distances float32 too (a beam tie then falls the way it falls there)
     for k in range(lo, hi):
-        s0 = pts[k, 0]
-        s1 = pts[k, 1]
-        s2 = pts[k, 2]
+        s0 = np.float64(pts[k, 0])  # float32 scan points: every operation below rounds as before
+        s1 = np.float64(pts[k, 1])
+        s2 = np.float64(pts[k, 2])
         ns = _f(math.sqrt(_sum3(_f(s0 * s0), _f(s1 * s1), _f(s2 * s2))))
         d0 = _f(s0 / ns)
         d1 = _f(s1 / ns)
@@ -168,15 +167,12 @@ def classify_points_cpu(recon_xyz: np.ndarray, grids: SphereGrids, beam_start: f
 def nearest_dist2_cpu(gt_world: np.ndarray, recon_xyz: np.ndarray, max_dist: float) -> np.ndarray:
     """[M] float64 squared distance of each GT point [M, 3] to the nearest reconstruction point.
 
-    Exact for distances <= max_dist; +inf beyond (the scores never look further).
-    """
-    gt = np.asarray(gt_world, dtype=np.float64)
-    if len(gt) == 0 or len(recon_xyz) == 0:
-        return np.full(len(gt), np.inf)
-    tree = cKDTree(np.asarray(recon_xyz, dtype=np.float64), balanced_tree=False, compact_nodes=False)
-    # Slightly larger bound: cKDTree's bound is strict (<), the metric's tolerance test is <=.
-    dist, _ = tree.query(gt, k=1, distance_upper_bound=max_dist * (1 + 1e-9) + 1e-12, workers=-1)
-    return dist * dist
+    Exact for distances <= max_dist; +inf beyond (the scores never look further). GT points may
+    be float32 (no float64 copy is made); the numbers equal the cKDTree query this replaced
+    (nearest_grid.py)."""
+    from .nearest_grid import nearest_dist2_grid  # noqa: PLC0415
+
+    return nearest_dist2_grid(gt_world, recon_xyz, max_dist)
 
 
 # Voxel weighting (voxels.tolerance_scores): a histogram of point codes per occupied cell.

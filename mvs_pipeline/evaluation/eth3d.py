@@ -141,14 +141,13 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
     # [M, 3] the GT in world coordinates exactly as the official program holds it (float32
     # arithmetic, see Scan.points_in_world_float32); distances are then taken in float64
     gt32 = np.concatenate([s.points_in_world_float32() for s in scans])
-    gt_world = gt32.astype(np.float64)
     seconds["prepare"] = time.perf_counter() - t0
 
     if which == "cuda":
         from .cuda import evaluate_point_results_cuda  # noqa: PLC0415
 
         cp, gt_dist2, best, front, sec = evaluate_point_results_cuda(
-            recon32, gt_world, scans, max(tol), beam_start, tan_div, min(tol) ** 2)
+            recon32, gt32.astype(np.float64), scans, max(tol), beam_start, tan_div, min(tol) ** 2)
         seconds.update(sec)
         t0 = time.perf_counter()
         accuracy, completeness = _scores_from_point_results(
@@ -165,7 +164,7 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
         from .sphere_grid import build_sphere_grids  # noqa: PLC0415
 
         t0 = time.perf_counter()
-        gt_dist2 = nearest_dist2_cpu(gt_world, recon32, max(tol))
+        gt_dist2 = nearest_dist2_cpu(gt32, recon32, max(tol))  # float32 in, float64 arithmetic inside
         seconds["completeness"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         grids = build_sphere_grids(scans)
@@ -182,7 +181,7 @@ def evaluate_eth3d(recon_xyz, scans: list[Scan], tolerances=DEFAULT_TOLERANCES,
         "completeness": [float(c) for c in completeness],
         "f1": [f1_score(float(a), float(c)) for a, c in zip(accuracy, completeness)],
         "num_reconstruction_points": int(len(recon32)),
-        "num_gt_points": int(len(gt_world)),
+        "num_gt_points": int(len(gt32)),
         "num_scans": len(scans),
         "voxel_size": float(voxel_size),
         "beam_start_radius": float(beam_start),

@@ -50,7 +50,7 @@ def direction_cells(points: np.ndarray, n_incl: int, n_az: int) -> np.ndarray:
 class SphereGrids:
     """All scans' points binned by direction, concatenated (arrays ready for Numba/CUDA)."""
 
-    points: np.ndarray  # [M, 3] float64, scanner frames, sorted by (scan, cell)
+    points: np.ndarray  # [M, 3] float32 (as read), scanner frames, sorted by (scan, cell)
     norms: np.ndarray  # [M] float64, |S|
     starts: np.ndarray  # [sum_s (n_cells_s + 1)] int64, global point index where each cell starts
     start_base: np.ndarray  # [S] int64, offset of scan s's cells in `starts`
@@ -77,32 +77,32 @@ def scan_from_world(scans) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_sphere_grids(scans) -> SphereGrids:
-    """Bin every scan's points (see module doc); `scans` are mlp.Scan objects."""
-    pts_all, norms_all, starts_all, base, ni, na, src = [], [], [], [], [], [], []
+    """Bin every scan's points (see module doc); `scans` are mlp.Scan objects. CPU (Numba)."""
+    from .sphere_bins import bin_scan_cpu, count_nonzero_points, gather_points  # noqa: PLC0415 (Numba: CPU only)
+
+    clouds = [np.ascontiguousarray(scan.points, dtype=np.float32) for scan in scans]
+    counts = [count_nonzero_points(p) if len(p) else 0 for p in clouds]
+    total = int(sum(counts))
+    points = np.empty((total, 3), np.float32)  # written in place: no per-scan copies to concatenate
+    norms = np.empty(total, np.float64)
+    starts_all, base, ni, na, src = [], [], [], [], []
     offset_points = 0
     offset_starts = 0
-    for scan in scans:
-        p = np.asarray(scan.points, dtype=np.float64)
-        nrm = np.sqrt((p * p).sum(axis=1))
-        keep = np.flatnonzero(nrm > 0)
-        p, nrm = p[keep], nrm[keep]
-        n_incl, n_az = grid_shape(len(p))
-        cells = direction_cells(p, n_incl, n_az) if len(p) else np.zeros(0, np.int64)
-        order = np.argsort(cells, kind="stable")
-        starts = np.searchsorted(cells[order], np.arange(n_incl * n_az + 1)) + offset_points
-        pts_all.append(p[order])
-        norms_all.append(nrm[order])
-        starts_all.append(starts.astype(np.int64))
+    for p, count in zip(clouds, counts):
+        n_incl, n_az = grid_shape(int(count))
+        order, starts, nrm = bin_scan_cpu(p, n_incl, n_az)
+        gather_points(p, nrm, order, points, norms, offset_points)
+        starts_all.append(starts + offset_points)
         base.append(offset_starts)
         ni.append(n_incl)
         na.append(n_az)
-        src.append(keep[order])
-        offset_points += len(p)
+        src.append(order)
+        offset_points += len(order)
         offset_starts += len(starts)
     rot, trans = scan_from_world(scans)
     return SphereGrids(
-        points=np.ascontiguousarray(np.concatenate(pts_all) if pts_all else np.zeros((0, 3))),
-        norms=np.concatenate(norms_all) if norms_all else np.zeros(0),
+        points=points,
+        norms=norms,
         starts=np.concatenate(starts_all) if starts_all else np.zeros(0, np.int64),
         start_base=np.asarray(base, dtype=np.int64),
         n_incl=np.asarray(ni, dtype=np.int64),
