@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -58,6 +59,7 @@ def map_digests(out: Path) -> dict[str, str]:
             for p in sorted((out / "stereo").rglob("*.bin"))}
 
 
+@functools.lru_cache(maxsize=None)   # the reference mode's cloud is compared with every later mode's
 def file_digest(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -92,11 +94,13 @@ class GpuSampler:
                                       "--format=csv,noheader,nounits", "-lms", "250"],
                                      stdout=path.open("w"), stderr=subprocess.DEVNULL)
 
-    def stop(self, window: tuple[float, float] | None = None) -> dict:
-        """Per GPU, over the samples inside `window` (unix seconds; all when None): the share with
-        the GPU busy, its mean utilisation when busy, and the peak memory."""
+    def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
+
+    def stats(self, window: tuple[float, float] | None = None) -> dict:
+        """Per GPU, over the samples inside `window` (unix seconds; all when None): the share with
+        the GPU busy, its mean utilisation when busy, and the peak memory."""
         per_gpu: dict[str, list] = {}
         for line in self.path.read_text().splitlines():
             parts = [x.strip() for x in line.split(",")]
@@ -152,10 +156,11 @@ def main(argv=None) -> int:
                            "--stages", args.stages, *MODES[mode])
             finally:
                 if sampler:   # the depth stage's window, from run.json
+                    sampler.stop()
                     times = json.loads((out / "run.json").read_text()).get("stage_unix_times", {}) \
                         if (out / "run.json").is_file() else {}
-                    gpus = {"whole": sampler.stop(), "depth": sampler.stop(tuple(times["depth"]))} \
-                        if "depth" in times else {"whole": sampler.stop()}
+                    gpus = {"whole": sampler.stats(), **({"depth": sampler.stats(tuple(times["depth"]))}
+                                                         if "depth" in times else {})}
         run = json.loads((out / "run.json").read_text())
         digests = map_digests(out)
         reference.setdefault(run["backend"], (mode, digests))

@@ -17,6 +17,7 @@ from .params import ClusterConfig
 log = logging.getLogger(__name__)
 
 _STATE_LOCK = threading.Lock()   # worker threads of one process share the state table
+_STATE_ATTR = "_mvs_pipeline_state"   # the state table's attribute on a dask Worker
 INSTALL_HINT = "install the cluster extra: pip install 'mvs-pipeline[cluster]'"
 
 
@@ -91,7 +92,7 @@ def worker_state(run: str, make):
         worker = distributed.get_worker()
     except ValueError:   # not inside a worker (the client runs the task itself)
         return make()
-    runs = worker.__dict__.setdefault("_mvs_pipeline_state", {})
+    runs = worker.__dict__.setdefault(_STATE_ATTR, {})
     with _STATE_LOCK:
         for old in [r for r in runs if r != run]:   # one run at a time: drop an earlier run's caches
             for state in runs.pop(old).values():
@@ -103,6 +104,12 @@ def worker_state(run: str, make):
         if thread not in slots:
             slots[thread] = make()
         return slots[thread]
+
+
+def run_states(run: str, dask_worker) -> list:
+    """Every object worker_state made for run `run` in `dask_worker` (one per worker thread)."""
+    with _STATE_LOCK:
+        return list(dask_worker.__dict__.get(_STATE_ATTR, {}).get(run, {}).values())
 
 
 def worker_name() -> str:

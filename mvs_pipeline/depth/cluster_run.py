@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..cluster.client import worker_name, worker_state
+from ..cluster.client import run_states, worker_name, worker_state
 from ..errors import MVSError
 from ..scene.scene import Scene
+from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_locality import worker_blocks
@@ -116,9 +117,8 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
 def _flush_worker_states(token: str, pass_index: int, dask_worker) -> int:
     """Write every map a worker queued for run `token` and keep only pass `pass_index`'s in its
     map cache (the next pass reads no older one); the valid depths not yet reported."""
-    states = getattr(dask_worker, "_mvs_pipeline_state", {}).get(token, {})
     valid = 0
-    for state in list(states.values()):
+    for state in run_states(token, dask_worker):
         state.writer.flush()
         state.caches.maps.retain(state.passes[pass_index].owns)
         valid += state.new_valid_pixels()
@@ -146,7 +146,7 @@ def _warm_up(backend: str, cfg) -> None:
         return
     from .warm_up import warm_up_solver  # noqa: PLC0415
 
-    sources = cfg.views.num_neighbors if isinstance(cfg.views.num_neighbors, int) else 10
+    sources = cfg.views.num_neighbors if isinstance(cfg.views.num_neighbors, int) else DEFAULT_NUM_NEIGHBORS
     try:
         warm_up_solver(cfg, sources, backend)
     except Exception as exc:   # only a head start: the first task meets (and reports) any real problem

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..gpu.loader import on_gpu
 from ..io.colmap_maps import write_colmap_planes, write_previews
-from .passes import DepthPass
+from .passes import MAP_KINDS, DepthPass
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class MapWriter:
                 valid = int((maps.depth > 0).sum())
             return time.perf_counter() - t0, valid
 
-        paths = frozenset(pss.map_path(kind, name) for kind in ("depth", "normal", "cost"))
+        paths = frozenset(pss.map_path(kind, name) for kind in MAP_KINDS)
         self._pending.append((self._pool.submit(job), maps.nbytes, paths))
         self._pending_bytes += maps.nbytes
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
@@ -128,9 +128,8 @@ class MapWriter:
         while any(path in paths for _, _, paths in self._pending):
             self._wait_oldest()
 
-    def flush(self, keep_last: int = 0) -> None:
-        """Wait until every queued view but the `keep_last` most recent ones is written."""
-        while len(self._pending) > keep_last:
+    def flush(self) -> None:
+        while self._pending:
             self._wait_oldest()
 
     def close(self, raise_errors: bool = True) -> None:
