@@ -11,6 +11,7 @@ import sys
 
 from . import __version__
 from .errors import Interrupted, MVSError
+from .interrupts import interrupt_handling
 from .io.disk import disk_error_message, is_disk_error
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
@@ -37,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    previous = _catch_sigterm()
     try:
-        return int(args.func(args) or 0)
+        with interrupt_handling():
+            return int(args.func(args) or 0)
     except MVSError as exc:
         print(f"mvs-pipeline {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -54,25 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mvs-pipeline {args.command}: interrupted by {signal.Signals(signum).name}; {kept}; rerun to resume",
               file=sys.stderr)
         return 128 + signum
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupted(signum, _frame):
-    raise Interrupted(signum)
-
-
-def _catch_sigterm():
-    """SIGTERM stops a command the way Ctrl-C does (exception, atomic writes clean up, one line).
-
-    pycolmap installs glog's failure handler for SIGTERM when it is imported, which prints a C
-    stack and kills the process; importing it first lets our handler replace glog's."""
-    importlib.import_module("pycolmap")
-    try:
-        return signal.signal(signal.SIGTERM, _raise_interrupted)
-    except ValueError:  # main() called from a thread other than the main one: leave signals alone
-        return None
 
 
 if __name__ == "__main__":

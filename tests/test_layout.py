@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mvs_pipeline"
 # group and groups of lower layers only; groups sharing a layer do not import each other.
 LAYERS = [
     ("__init__", "errors", "paths", "field_meta"),
-    ("io", "gpu"),
+    ("io", "gpu", "interrupts"),
     ("scene", "synth", "cluster"),
     ("views",),
     ("depth",),
