@@ -11,7 +11,7 @@ from typing import Literal
 
 from ..field_meta import meta
 
-# `depth.coarsest_max_size: auto` (auto_coarsest_max_size below). The two measured regimes:
+# `depth.coarsest_max_size: auto` (auto_coarsest_max_size below). The measured regimes:
 # - 1000 px, the default before `auto` (3200 px ETH3D images get 3 scales: 3200, 1600, 800), is
 #   what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
 # - configs/small.yaml's 160 px for images of at most ~640 px (its header): 320 px gets 2 scales,
@@ -23,9 +23,18 @@ from ..field_meta import meta
 #   defaults (BENCHMARKS.md, "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
 #   0.648, two (coarsest 80 px) 0.695, three (40 px) 0.635: a coarser scale pays down to ~80 px.
 #   The GPU quality suite at 320/640 px is still to confirm it (scripts/bench_quality.py).
-# The rule takes small's value up to small's size bound and the former default above it; the
-# number of views plays no part: the pyramid is about image size (small.yaml's "few views" part is
-# fusion's). Images of 641-1000 px keep one scale, as before: nothing measured says otherwise.
+#   Session 9 (BENCHMARKS.md, "The pyramid of 320 px images", CPU, default config otherwise): at
+#   320x240 a third scale (coarsest 80x60) against small's two (160x120), F1@2cm: rooms 0.337 ->
+#   0.384 and 0.329 -> 0.374 (seeds 102, 112; depth within 1 % +10 pp: their white walls need the
+#   wider context), objects 0.862 -> 0.854 and 0.886 -> 0.879 (seeds 101, 111); a fourth (40x30)
+#   drops the room to 0.290. So up to 320 px the images are halved until at most 120 px: 320 px
+#   and 160 px images get a coarsest image of 80 px, 300 px one of 75 px, 96 px keeps one scale.
+# The rule takes 120 px up to 320 px, small's value up to small's size bound and the former
+# default above it; the number of views plays no part: the pyramid is about image size
+# (small.yaml's "few views" part is fusion's). Images of 321-640 px keep small's 160 px (640 px:
+# 3 scales) and 641-1000 px one scale, as before: nothing measured says otherwise there.
+TINY_IMAGE_MAX_SIDE = 320  # px: images measured to gain from a coarsest image of ~80 px
+TINY_COARSEST_MAX_SIZE = 120  # px: 320 -> 80 px (3 scales), 160 -> 80 px (2 scales)
 SMALL_IMAGE_MAX_SIDE = 640  # px: configs/small.yaml's bound for "small images"
 SMALL_COARSEST_MAX_SIZE = 160  # px: configs/small.yaml's coarsest_max_size
 LARGE_COARSEST_MAX_SIZE = 1000  # px: the default before `auto`
@@ -33,6 +42,9 @@ LARGE_COARSEST_MAX_SIZE = 1000  # px: the default before `auto`
 
 def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
     """`depth.coarsest_max_size: auto` from the largest image's long side in px: (value, reason)."""
+    if long_side <= TINY_IMAGE_MAX_SIDE:
+        return TINY_COARSEST_MAX_SIZE, (f"images up to {TINY_IMAGE_MAX_SIDE} px (long side {long_side}): "
+                                        f"{TINY_COARSEST_MAX_SIZE} px, a coarsest image of 61-120 px for weak texture")
     if long_side <= SMALL_IMAGE_MAX_SIDE:
         return SMALL_COARSEST_MAX_SIZE, (f"small images (long side {long_side} <= {SMALL_IMAGE_MAX_SIDE} px): "
                                          f"the small preset's {SMALL_COARSEST_MAX_SIZE} px")
@@ -47,8 +59,8 @@ class DepthConfig:
     multi_scale: bool = field(default=True, metadata=meta(
         "ACMM image pyramid: start at a coarse scale and upsample (false = finest scale only)"))
     coarsest_max_size: int | Literal["auto"] = field(default="auto", metadata=meta(
-        "halve the images until the long side is at most this; that is the coarsest scale (auto = 160 for "
-        "images up to 640 px, else 1000)", "px", (32, 100000)))
+        "halve the images until the long side is at most this; that is the coarsest scale (auto = 120 for "
+        "images up to 320 px, 160 up to 640 px, else 1000)", "px", (32, 100000)))
     geometric_passes: int = field(default=2, metadata=meta(
         "geometric-consistency passes per scale after the photometric one (ACMM 2)", "passes", (0, 10)))
     jbu_radius: int = field(default=2, metadata=meta(

@@ -62,9 +62,10 @@ def test_defaults_are_auto_and_bad_values_name_the_key():
         assert "\n" not in str(err.value) and expected in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("side, coarsest, scales", [(96, 160, 1), (320, 160, 2), (640, 160, 3), (641, 1000, 1),
+@pytest.mark.parametrize("side, coarsest, scales", [(96, 120, 1), (160, 120, 2), (300, 120, 3), (320, 120, 3),
+                                                    (321, 160, 3), (640, 160, 3), (641, 1000, 1),
                                                     (800, 1000, 1), (1600, 1000, 2), (3200, 1000, 3)])
-def test_coarsest_max_size_small_preset_up_to_640_px_else_acmm(side, coarsest, scales):
+def test_coarsest_max_size_120_up_to_320_px_small_preset_up_to_640_px_else_acmm(side, coarsest, scales):
     assert auto_coarsest_max_size(side)[0] == coarsest
     assert num_scales(DepthConfig(), side) == scales  # the depth stage resolving `auto` itself
     assert num_scales(DepthConfig(coarsest_max_size=coarsest), side) == scales
@@ -72,7 +73,8 @@ def test_coarsest_max_size_small_preset_up_to_640_px_else_acmm(side, coarsest, s
 
 def test_small_preset_pins_what_auto_picks_for_small_images():
     small = load_config("small")
-    assert small.depth.coarsest_max_size == auto_coarsest_max_size(320)[0] == auto_coarsest_max_size(640)[0]
+    assert small.depth.coarsest_max_size == auto_coarsest_max_size(321)[0] == auto_coarsest_max_size(640)[0]
+    assert auto_coarsest_max_size(320)[0] < small.depth.coarsest_max_size  # one scale more up to 320 px
     assert small.fusion.min_consistent == auto_min_consistent(4.0, 9)[0] == 1
 
 
@@ -96,11 +98,12 @@ def test_views_per_observation_counts_each_observation():
     assert scene.views_per_observation() == 9.0
 
 
-def test_ten_views_of_320_px_get_the_small_preset(object10):
+def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
-    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 160, 1)
+    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 120, 1)
+    assert num_scales(cfg.depth, 320) == 3
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
-    assert "320 <= 640 px" in resolved[1].reason and "median of 4 views" in resolved[2].reason
+    assert "up to 320 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[2].reason
     assert unresolved_keys(cfg) == []
     # the same neighbours as the former default 10, and as the views stage resolving `auto` itself
     sel = select_views(object10, cfg.views)
@@ -133,7 +136,7 @@ def test_resolved_yaml_explains_and_pins_the_values(object10, tmp_path):
     text = annotate_yaml(dump_config(cfg), resolved)
     lines = text.splitlines()
     assert lines[0] == f"# auto: views.num_neighbors = 9 ({resolved[0].reason})"
-    assert f"  coarsest_max_size: 160  # auto: {resolved[1].reason}" in lines
+    assert f"  coarsest_max_size: 120  # auto: {resolved[1].reason}" in lines
     assert f"  min_consistent: 1  # auto: {resolved[2].reason}" in lines
     path = tmp_path / "config.resolved.yaml"
     path.write_text(text)

@@ -13,7 +13,7 @@ from mvs_pipeline.evaluation.report import collect_run
 from tests.tiny_model import write_colmap_project
 
 # 5 views that all see every point: 4 candidate sources each, tracks of 5 views, 64 px images
-EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 160, "fusion.min_consistent": 1}
+EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 120, "fusion.min_consistent": 1}
 
 
 def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
@@ -28,7 +28,7 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     assert record["config"]["views"]["num_neighbors"] == 4 and record["config"]["fusion"]["min_consistent"] == 1
     text = (out / "config.resolved.yaml").read_text()
     assert yaml.safe_load(text) == record["config"]
-    assert f"  coarsest_max_size: 160  # auto: {record['auto']['depth.coarsest_max_size']['reason']}" in text
+    assert f"  coarsest_max_size: 120  # auto: {record['auto']['depth.coarsest_max_size']['reason']}" in text
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
     assert logged == [f"auto: {k} = {v['value']} ({v['reason']})" for k, v in record["auto"].items()]
     views_record = json.loads((out / "fingerprints" / "views.json").read_text())
