@@ -33,7 +33,9 @@ def _redeliver_swallowed_interrupt(unraisable, *, fallback):
         # here would run the handler at once, inside this hook, where the exception is swallowed too.
         # If the new one also lands in a callback it comes back here, until it reaches ordinary code.
         signum = getattr(exc, "signum", signal.SIGINT)
-        threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,)).start()
+        timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,))
+        timer.daemon = True  # a command that ends first exits without waiting for it
+        timer.start()
         return
     fallback(unraisable)
 
