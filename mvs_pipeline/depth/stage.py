@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ..gpu.loader import to_host
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
@@ -107,11 +108,6 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
     return None
 
 
-def _host(a) -> np.ndarray:
-    """A map as a NumPy array (maps of a GPU run are CuPy arrays: downloaded)."""
-    return a.get() if hasattr(a, "__cuda_array_interface__") else np.asarray(a)
-
-
 def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: DepthPass, maps: MapCache,
                    problem: PatchMatchProblem, prev_depth, prev_normal, prof: "Profile") -> None:
     """The planar pass's problem: the planar prior from the previous (photometric) pass's maps of
@@ -121,15 +117,15 @@ def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: De
     d = cfg.depth
     size = view_size(scene, ref, previous.scale)[::-1]
     name = scene.views[ref].name
-    cost = _host(maps.cost(previous.map_path("cost", name), size, f"image '{name}' ({previous.id})"))
-    depth, normal = _host(prev_depth), _host(prev_normal)
+    cost = to_host(maps.cost(previous.map_path("cost", name), size, f"image '{name}' ({previous.id})"))
+    depth, normal = to_host(prev_depth), to_host(prev_normal)
     sources = []
     if d.planar_prior_min_consistent > 0:
         for k, s in enumerate(sel.neighbors[ref]):
             sname = scene.views[s].name
             sd = maps.depth(previous.map_path("depth", sname), view_size(scene, s, previous.scale)[::-1],
                             f"source image '{sname}' ({previous.id})")
-            sources.append(SourceMaps(_host(sd), problem.K_src[k], problem.R_src_from_ref[k],
+            sources.append(SourceMaps(to_host(sd), problem.K_src[k], problem.R_src_from_ref[k],
                                       problem.t_src_from_ref[k]))
     prof.stop("read_maps")
     settings = PriorSettings(max_cost=d.planar_prior_max_cost, grid=d.planar_prior_grid,

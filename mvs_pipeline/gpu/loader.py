@@ -13,6 +13,8 @@ import functools
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import BackendUnavailable
 from ..paths import CUDA_DIR
 from .precompiled import KERNEL_DIR, find_binary
@@ -24,6 +26,11 @@ _said_nvrtc = False
 def on_gpu(a) -> bool:
     """True for a CuPy (or any CUDA array interface) array: data already on the device."""
     return hasattr(a, "__cuda_array_interface__")
+
+
+def to_host(a):
+    """`a` as a NumPy array: a device array (on_gpu) is downloaded, anything else passed to np.asarray."""
+    return a.get() if on_gpu(a) else np.asarray(a)
 
 
 def import_cupy():
