@@ -119,6 +119,22 @@ class GpuSampler:
         return stats
 
 
+def pass_timeline(run: dict) -> dict:
+    """Per pass of a cluster run: its phases (tasks, flush, check seconds) and, over the workers,
+    the share of the task phase each spent inside a task (the rest its GPU had no task: dispatch,
+    imbalance, waiting for the pass's last task)."""
+    counts = run["counts"]
+    out = {}
+    for pass_id, phase in counts.get("depth_cluster_pass_phases", {}).items():
+        busy = []
+        for w in counts.get("depth_cluster_workers", {}).values():
+            spans = [(a, b) for p, a, b in w.get("spans", []) if p == pass_id]
+            if spans and phase["tasks"] > 0:
+                busy.append(round(sum(b - a for a, b in spans) / phase["tasks"], 2))
+        out[pass_id] = {**phase, "worker_busy_share": sorted(busy)}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
@@ -179,11 +195,13 @@ def main(argv=None) -> int:
                      "none_categories": {k: round(v, 2) for k, v in
                                          run["counts"].get("depth_seconds_by_category", {}).items()},
                      "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
+                     "pass_timeline": pass_timeline(run),
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
                      **({"gpus": gpus} if gpus else {})})
         print(json.dumps(rows[-1]), flush=True)
+        rows[-1]["workers"] = workers   # with each task's span: in --json, not printed
     base = {r["backend"]: r["depth_s"] for r in rows if r["mode"] == "none"}
     one = next((r["depth_s"] for r in rows if r["mode"] == "local1"), None)
     for r in rows:

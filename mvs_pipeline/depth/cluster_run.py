@@ -93,7 +93,7 @@ class WorkerCaches:
 def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
     """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
     waits for them). `pass_views`: the views of this pass hinted to the same worker."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     state = worker_state(job.token, lambda: WorkerCaches(job))
     scale = job.passes[pass_index].scale
     if pass_index not in state.prefetched:
@@ -111,32 +111,34 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
     compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
                  state.caches, prof)
     return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels(),
-            "seconds_by_category": prof.seconds}
+            "seconds_by_category": prof.seconds, "span": (started, time.time())}
 
 
-def _flush_worker_states(token: str, pass_index: int, dask_worker) -> int:
+def _flush_worker_states(token: str, pass_index: int, dask_worker) -> tuple[int, float]:
     """Write every map a worker queued for run `token` and keep only pass `pass_index`'s in its
-    map cache (the next pass reads no older one); the valid depths not yet reported."""
-    valid = 0
+    map cache (the next pass reads no older one); (the valid depths not yet reported, seconds the
+    flush took: the writes the pass's last tasks left behind)."""
+    t0, valid = time.perf_counter(), 0
     for state in run_states(token, dask_worker):
         state.writer.flush()
         state.caches.maps.retain(state.passes[pass_index].owns)
         valid += state.new_valid_pixels()
-    return valid
+    return valid, time.perf_counter() - t0
 
 
-async def _flush_on_worker(token: str, pass_index: int, dask_worker=None) -> int:
+async def _flush_on_worker(token: str, pass_index: int, dask_worker=None) -> tuple[int, float]:
     # in a thread: the worker's event loop keeps answering the scheduler while the disk catches up
     return await asyncio.get_running_loop().run_in_executor(None, _flush_worker_states, token, pass_index,
                                                             dask_worker)
 
 
-def flush_workers(client, token: str, pass_index: int) -> int:
-    """Every worker's queued maps of run `token` on disk, its cache down to pass `pass_index`; the
-    valid depths they held. A worker that died meanwhile answers with an error, ignored here: the
-    caller finds its maps missing."""
-    answers = client.run(_flush_on_worker, token, pass_index, on_error="return")
-    return sum(v for v in answers.values() if isinstance(v, int))
+def flush_workers(client, token: str, pass_index: int) -> tuple[int, float]:
+    """Every worker's queued maps of run `token` on disk, its cache down to pass `pass_index`; (the
+    valid depths they held, the slowest worker's flush seconds). A worker that died meanwhile
+    answers with an error, ignored here: the caller finds its maps missing."""
+    answers = [v for v in client.run(_flush_on_worker, token, pass_index, on_error="return").values()
+               if isinstance(v, tuple)]
+    return sum(v for v, _ in answers), max((s for _, s in answers), default=0.0)
 
 
 def _warm_up(backend: str, cfg) -> None:
@@ -172,9 +174,10 @@ def _job(cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir
 def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
                     attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
     """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
-    reported); per-worker task counts and seconds into `workers`."""
+    reported); per-worker task counts, seconds and task spans into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
+    submitted = time.time()
     block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
     for ref in pending:
         block.setdefault(hints.get(ref), []).append(ref)
@@ -193,6 +196,10 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
             by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
             for k, v in result.get("seconds_by_category", {}).items():
                 by_category[k] = round(by_category.get(k, 0.0) + v, 4)
+            # (pass, start, end) per task, seconds from the pass's submission: gaps between a
+            # worker's tasks are time its GPU had no task (scheduling, imbalance, the barrier)
+            w.setdefault("spans", []).append((pss.id, round(result["span"][0] - submitted, 3),
+                                              round(result["span"][1] - submitted, 3)))
             done += 1
             valid += result["valid_pixels"]
             if on_task_done is not None:
@@ -216,6 +223,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     job_ref = client.scatter(job, broadcast=True, hash=False)
     computed, resumed, valid = 0, 0, 0
     seconds: dict[str, float] = {}
+    phases: dict[str, dict] = {}   # per pass: tasks (submission to last result), flush, check seconds
     workers: dict[str, dict] = {}
     for pss in passes:
         pending = pending_views(scene, todo, pss, overwrite)
@@ -225,11 +233,21 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         start = time.perf_counter()
         try:
             for attempt in range(retries + 1):
+                t_tasks = time.perf_counter()
                 tasks, task_valid = _run_pass_tasks(client, job, job_ref, pss, pending, hints, attempt, retries,
                                                     progress, workers, on_task_done)
+                t_flush = time.perf_counter()
+                flushed_valid, slowest_flush = flush_workers(client, job.token, pss.index)
+                t_check = time.perf_counter()
                 computed += tasks
-                valid += task_valid + flush_workers(client, job.token, pss.index)
+                valid += task_valid + flushed_valid
                 pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
+                phase = phases.setdefault(pss.id, {"tasks": 0.0, "flush": 0.0, "slowest_worker_flush": 0.0,
+                                                   "check": 0.0})
+                phase["tasks"] = round(phase["tasks"] + t_flush - t_tasks, 3)
+                phase["flush"] = round(phase["flush"] + t_check - t_flush, 3)
+                phase["slowest_worker_flush"] = round(phase["slowest_worker_flush"] + slowest_flush, 3)
+                phase["check"] = round(phase["check"] + time.perf_counter() - t_check, 3)
                 if not pending:
                     break
                 log.warning("depth: pass %s: the maps of %d view(s) were lost with a worker; computing them again",
@@ -248,7 +266,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         seconds[pss.id] = time.perf_counter() - start
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid,
-            "depth_pass_seconds": seconds, "depth_cluster_workers": workers}
+            "depth_pass_seconds": seconds, "depth_cluster_pass_phases": phases, "depth_cluster_workers": workers}
 
 
 def run(ctx) -> None:

@@ -81,6 +81,13 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert len(workers) == 2   # both worker processes got tasks
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
     assert record["cluster"] == "local"
+    # each task's span (seconds from its pass's submission) lies inside that pass's task phase
+    phases = record["counts"]["depth_cluster_pass_phases"]
+    assert set(phases) == set(record["counts"]["depth_pass_seconds"])
+    for w in workers.values():
+        assert len(w["spans"]) == w["tasks"]
+        for pass_id, start, end in w["spans"]:
+            assert 0 <= start <= end <= phases[pass_id]["tasks"] + 0.01
     # the fingerprints do not depend on the engine: a single-process rerun finds nothing to redo
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--resume-only"]) == 0
     again = json.loads((out / "run.json").read_text())["counts"]
