@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="load,views,depth", help="the run's --stages (fusion adds the cloud check)")
     ap.add_argument("--gpu-stats", action="store_true", help="sample nvidia-smi during each mode")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--discard", action="store_true",
+                    help="delete each mode's maps once compared (runs on a small tmpfs such as /dev/shm)")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
     scene = work / f"{args.scene}_{args.views}x{args.width}x{args.height}"
@@ -201,6 +203,8 @@ def main(argv=None) -> int:
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
                      **({"gpus": gpus} if gpus else {})})
         print(json.dumps(rows[-1]), flush=True)
+        if args.discard:
+            subprocess.run(["rm", "-rf", str(out / "stereo")], check=True)
         rows[-1]["workers"] = workers   # with each task's span: in --json, not printed
     base = {r["backend"]: r["depth_s"] for r in rows if r["mode"] == "none"}
     one = next((r["depth_s"] for r in rows if r["mode"] == "local1"), None)
