@@ -27,7 +27,7 @@ SUITES = {
     "quick": [("object", 10, 320, 240, 101), ("room", 14, 320, 240, 102), ("courtyard", 20, 800, 600, 103)],
     "full": [("object", 10, 320, 240, 101), ("object", 10, 320, 240, 111), ("room", 14, 320, 240, 102),
              ("room", 14, 640, 480, 112), ("courtyard", 20, 800, 600, 103), ("courtyard", 20, 800, 600, 113)],
-    # the 321-640 px tier of depth.coarsest_max_size: auto (one object, one room at 640x480)
+    # 640x480, where depth.coarsest_max_size: auto picks 120 px (4 scales; small.yaml 160 px: 3)
     "mid": [("object", 10, 640, 480, 121), ("room", 14, 640, 480, 112)],
 }
 TOLERANCES = (0.01, 0.02, 0.05)

@@ -9,8 +9,8 @@ explicit value that equals the resolved one redoes nothing.
 
 The rules (the why is in each params.py):
 - views.num_neighbors: min(10, the most candidate source views any view has);
-- depth.coarsest_max_size: 120 px for images up to 320 px (3 scales at 320 px), 160 px up to 640 px
-  (configs/small.yaml), else 1000 (as before);
+- depth.coarsest_max_size: 120 px for images up to 640 px (4 scales at 640 px, 3 at 320 px), else
+  1000 (as before);
 - fusion.min_consistent: 1 per 4 other views seeing a region (median track length - 1, at most
   num_neighbors), at least 1.
 """

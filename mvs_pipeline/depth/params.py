@@ -22,32 +22,30 @@ from ..field_meta import meta
 #   0.58), but small then also set fusion.min_consistent 1 against a default of 2. With today's
 #   defaults (BENCHMARKS.md, "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
 #   0.648, two (coarsest 80 px) 0.695, three (40 px) 0.635: a coarser scale pays down to ~80 px.
-#   The GPU quality suite at 320/640 px is still to confirm it (scripts/bench_quality.py).
 #   Session 9 (BENCHMARKS.md, "The pyramid of 320 px images", CPU, default config otherwise): at
 #   320x240 a third scale (coarsest 80x60) against small's two (160x120), F1@2cm: rooms 0.337 ->
 #   0.384 and 0.329 -> 0.374 (seeds 102, 112; depth within 1 % +10 pp: their white walls need the
 #   wider context), objects 0.862 -> 0.854 and 0.886 -> 0.879 (seeds 101, 111); a fourth (40x30)
 #   drops the room to 0.290. So up to 320 px the images are halved until at most 120 px: 320 px
 #   and 160 px images get a coarsest image of 80 px, 300 px one of 75 px, 96 px keeps one scale.
-# The rule takes 120 px up to 320 px, small's value up to small's size bound and the former
-# default above it; the number of views plays no part: the pyramid is about image size
-# (small.yaml's "few views" part is fusion's). Images of 321-640 px keep small's 160 px (640 px:
-# 3 scales) and 641-1000 px one scale, as before: nothing measured says otherwise there.
-TINY_IMAGE_MAX_SIDE = 320  # px: images measured to gain from a coarsest image of ~80 px
-TINY_COARSEST_MAX_SIZE = 120  # px: 320 -> 80 px (3 scales), 160 -> 80 px (2 scales)
+#   On the H100 (session 10, BENCHMARKS.md "The pyramid on the GPU"), the full quality suite
+#   confirmed 320 px (rooms 0.339 -> 0.381, objects -0.008 and -0.006), and at 640x480 a coarsest
+#   image of 80 px (4 scales) against small's 160 px (3): room 0.411 -> 0.436, object 0.914 -> 0.910.
+# The rule takes 120 px up to 640 px (small.yaml's size bound) and the former default above it;
+# the number of views plays no part: the pyramid is about image size (small.yaml's "few views"
+# part is fusion's). 641-1000 px images keep one scale, as before: the 800x600 courtyards lose
+# 0.09 of F1 with small's 160 px (2 scales), so the textured outdoor scenes want no coarser view.
 SMALL_IMAGE_MAX_SIDE = 640  # px: configs/small.yaml's bound for "small images"
-SMALL_COARSEST_MAX_SIZE = 160  # px: configs/small.yaml's coarsest_max_size
+SMALL_IMAGE_COARSEST_MAX_SIZE = 120  # px: 640 -> 80 px (4 scales), 320 -> 80 px (3), 160 -> 80 px (2)
 LARGE_COARSEST_MAX_SIZE = 1000  # px: the default before `auto`
 
 
 def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
     """`depth.coarsest_max_size: auto` from the largest image's long side in px: (value, reason)."""
-    if long_side <= TINY_IMAGE_MAX_SIDE:
-        return TINY_COARSEST_MAX_SIZE, (f"images up to {TINY_IMAGE_MAX_SIDE} px (long side {long_side}): "
-                                        f"{TINY_COARSEST_MAX_SIZE} px, a coarsest image of 61-120 px for weak texture")
     if long_side <= SMALL_IMAGE_MAX_SIDE:
-        return SMALL_COARSEST_MAX_SIZE, (f"small images (long side {long_side} <= {SMALL_IMAGE_MAX_SIDE} px): "
-                                         f"the small preset's {SMALL_COARSEST_MAX_SIZE} px")
+        return SMALL_IMAGE_COARSEST_MAX_SIZE, (
+            f"images up to {SMALL_IMAGE_MAX_SIDE} px (long side {long_side}): {SMALL_IMAGE_COARSEST_MAX_SIZE} px, "
+            f"a coarsest image of 61-120 px for weak texture")
     return LARGE_COARSEST_MAX_SIZE, (f"long side {long_side} > {SMALL_IMAGE_MAX_SIDE} px: "
                                      f"the former default {LARGE_COARSEST_MAX_SIZE} px")
 
@@ -60,7 +58,7 @@ class DepthConfig:
         "ACMM image pyramid: start at a coarse scale and upsample (false = finest scale only)"))
     coarsest_max_size: int | Literal["auto"] = field(default="auto", metadata=meta(
         "halve the images until the long side is at most this; that is the coarsest scale (auto = 120 for "
-        "images up to 320 px, 160 up to 640 px, else 1000)", "px", (32, 100000)))
+        "images up to 640 px, else 1000)", "px", (32, 100000)))
     geometric_passes: int = field(default=2, metadata=meta(
         "geometric-consistency passes per scale after the photometric one (ACMM 2)", "passes", (0, 10)))
     jbu_radius: int = field(default=2, metadata=meta(

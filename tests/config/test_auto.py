@@ -63,18 +63,18 @@ def test_defaults_are_auto_and_bad_values_name_the_key():
 
 
 @pytest.mark.parametrize("side, coarsest, scales", [(96, 120, 1), (160, 120, 2), (300, 120, 3), (320, 120, 3),
-                                                    (321, 160, 3), (640, 160, 3), (641, 1000, 1),
-                                                    (800, 1000, 1), (1600, 1000, 2), (3200, 1000, 3)])
-def test_coarsest_max_size_120_up_to_320_px_small_preset_up_to_640_px_else_acmm(side, coarsest, scales):
+                                                    (321, 120, 3), (480, 120, 3), (481, 120, 4), (640, 120, 4),
+                                                    (641, 1000, 1), (800, 1000, 1), (1600, 1000, 2), (3200, 1000, 3)])
+def test_coarsest_max_size_120_up_to_640_px_else_acmm(side, coarsest, scales):
     assert auto_coarsest_max_size(side)[0] == coarsest
     assert num_scales(DepthConfig(), side) == scales  # the depth stage resolving `auto` itself
     assert num_scales(DepthConfig(coarsest_max_size=coarsest), side) == scales
 
 
-def test_small_preset_pins_what_auto_picks_for_small_images():
+def test_small_preset_keeps_a_scale_less_than_auto_and_its_min_consistent():
     small = load_config("small")
-    assert small.depth.coarsest_max_size == auto_coarsest_max_size(321)[0] == auto_coarsest_max_size(640)[0]
-    assert auto_coarsest_max_size(320)[0] < small.depth.coarsest_max_size  # one scale more up to 320 px
+    # one scale more than the preset up to its 640 px bound (measured: rooms gain, objects lose <= 0.01)
+    assert auto_coarsest_max_size(320)[0] == auto_coarsest_max_size(640)[0] < small.depth.coarsest_max_size
     assert small.fusion.min_consistent == auto_min_consistent(4.0, 9)[0] == 1
 
 
@@ -103,7 +103,7 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 120, 1)
     assert num_scales(cfg.depth, 320) == 3
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
-    assert "up to 320 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[2].reason
+    assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[2].reason
     assert unresolved_keys(cfg) == []
     # the same neighbours as the former default 10, and as the views stage resolving `auto` itself
     sel = select_views(object10, cfg.views)
@@ -122,7 +122,7 @@ def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
     assert max(len(n) for n in sel.neighbors) == 10
     assert resolve_fusion_config(FusionConfig(min_consistent="auto"), ring50, sel).min_consistent == 2
     # max_image_size is applied before the size rule: 600 px images are small
-    assert resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0].depth.coarsest_max_size == 160
+    assert resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0].depth.coarsest_max_size == 120
 
 
 def test_explicit_values_are_kept_and_not_reported(ring50):
