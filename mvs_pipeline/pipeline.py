@@ -78,6 +78,10 @@ class RunContext:
 # Stages are imported when they run: the heavy ones pull in numba and CuPy.
 def _run_load(ctx: RunContext) -> None:
     scene_stage.run(ctx)
+    if ctx.client is not None:   # --cluster: the workers decode the images while views run here
+        from .depth.cluster_run import prefetch_images_on_workers  # noqa: PLC0415 (imports distributed)
+
+        prefetch_images_on_workers(ctx.client, ctx.scene)
 
 
 def _run_views(ctx: RunContext) -> None:

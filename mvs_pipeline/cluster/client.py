@@ -83,14 +83,21 @@ def _gpu_count() -> int:
     return int(import_cupy().cuda.runtime.getDeviceCount())
 
 
-def worker_state(run: str, make):
-    """The object `make()` built the first time a task of run `run` asked for it in this worker
-    thread (kept on the worker across tasks, e.g. a run's image and map caches; one per thread, as
-    the caches are not shared between threads); outside a worker, a fresh one."""
+def current_worker():
+    """The dask Worker running this code, or None outside a worker (the client runs it itself)."""
     distributed = _import_distributed()
     try:
-        worker = distributed.get_worker()
-    except ValueError:   # not inside a worker (the client runs the task itself)
+        return distributed.get_worker()
+    except ValueError:
+        return None
+
+
+def worker_state(run: str, make):
+    """The object `make()` built the first time a task of run `run` asked for it in this worker
+    thread (kept on the worker across tasks, e.g. a run's map caches; one per thread, as the
+    caches are not shared between threads); outside a worker, a fresh one."""
+    worker = current_worker()
+    if worker is None:
         return make()
     runs = worker.__dict__.setdefault(_STATE_ATTR, {})
     with _STATE_LOCK:
@@ -114,8 +121,5 @@ def run_states(run: str, dask_worker) -> list:
 
 def worker_name() -> str:
     """This worker's address (or 'client' outside a worker), for run.json's per-worker counts."""
-    distributed = _import_distributed()
-    try:
-        return str(distributed.get_worker().address)
-    except ValueError:
-        return "client"
+    worker = current_worker()
+    return "client" if worker is None else str(worker.address)

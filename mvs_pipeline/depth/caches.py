@@ -60,6 +60,10 @@ class GreyImageCache:
         view_idx, scale = key
         with self._lock:
             full = self._cache.get((view_idx, 0))
+        if isinstance(full, Future) and scale != 0 and (full.running() or full.done()):
+            # being decoded (prefetched at full size): wait rather than decode twice. Not when it
+            # is still queued: waiting here (a decoder thread itself) could leave no thread to run it.
+            full = full.result()
         if not isinstance(full, np.ndarray):
             full = self._store((view_idx, 0), self._decode(view_idx))   # decoded once for all scales
         if scale == 0:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from mvs_pipeline.cli import main  # noqa: E402
 from mvs_pipeline.cluster.client import open_client  # noqa: E402
 from mvs_pipeline.cluster.params import ClusterConfig  # noqa: E402
 from mvs_pipeline.config.loader import load_config  # noqa: E402
-from mvs_pipeline.depth.cluster_run import compute_depth_maps_on_cluster  # noqa: E402
+from mvs_pipeline.depth.cluster_run import compute_depth_maps_on_cluster, prefetch_images_on_workers  # noqa: E402
 from mvs_pipeline.errors import MVSError  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
@@ -106,6 +107,11 @@ def prepared(scene: Path, out: Path):
 def test_a_worker_killed_mid_stage_loses_nothing(scene, single, tmp_path):
     out = tmp_path / "out"
     cfg, scene_, sel = prepared(scene, out)
+    # what a worker killed in the middle of a write leaves (mkstemp's name; timing decides whether
+    # the kill below lands in a write): removed at the end of the pass, when no writer is busy
+    planted = out / "stereo" / "cost_maps" / ".view_000.png.photometric.bin.tmp-v_9akw3m.bin"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_bytes(b"96&72&1&")
     killed = []
     with open_client(ClusterConfig(kind="local", workers=2)) as client:
         pids = client.run(os.getpid)   # worker address -> pid
@@ -123,7 +129,33 @@ def test_a_worker_killed_mid_stage_loses_nothing(scene, single, tmp_path):
     # 8 tasks, plus the views whose maps were still queued on the killed worker when it died (if any),
     # which the end-of-pass check computes again
     assert 8 <= counts["depth_view_passes_computed"] <= 12
-    assert maps(out) == maps(single)
+    assert not planted.exists()
+    assert maps(out) == maps(single)   # every .bin under stereo/, temporaries included
+
+
+def test_workers_decode_the_images_while_the_client_selects_views(scene, tmp_path):
+    """After the load stage every worker starts decoding all full-size images in its own threads
+    (the host's cores shared by its workers), so the depth stage's first pass need not."""
+    cfg, scene_, sel = prepared(scene, tmp_path / "out")
+
+    def decoded(dask_worker):   # run on each worker: (image files, full-size images decoded, threads)
+        key, images = dask_worker.__dict__["_mvs_pipeline_images"]
+        done = sum(isinstance(images._cache.get((v, 0)), np.ndarray) for v in range(len(key)))
+        return [k[0] for k in key], done, images._pool._max_workers
+
+    with open_client(ClusterConfig(kind="local", workers=2)) as client:
+        prefetch_images_on_workers(client, scene_)
+        deadline = time.monotonic() + 60
+        while True:
+            states = client.run(decoded, on_error="return")
+            if all(isinstance(v, tuple) and v[1] == scene_.num_views for v in states.values()) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert len(states) == 2
+    for files, done, threads in states.values():
+        assert files == [str(v.image_path) for v in scene_.views] and done == scene_.num_views
+        assert threads == max(2, min(8, (os.cpu_count() or 1) // 2))
 
 
 def test_cluster_options_fail_in_one_line(scene, tmp_path, capsys):
