@@ -5,8 +5,12 @@ exact ground truth, and on DTU scan 24 with its object masks; one table of the s
 Synthetic rows: ETH3D accuracy / completeness / F1 of fused.ply at 1, 2 and 5 cm, points, seconds.
 DTU row: mask precision (all views, 90 % of views) and mask coverage of fused.ply, with the masks
 also given to fusion (as the DTU README asks); units there are millimetres.
+With --oracle, each synthetic row also scores the scene's oracle cloud (synth/oracle.py: the
+ground-truth depth of every view, where two views see it): what perfect depth maps would reach,
+since the scans also cover surfaces that no camera sees.
 
     python scripts/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
+    python scripts/bench_quality.py --suite full --oracle
 """
 
 from __future__ import annotations
@@ -43,15 +47,35 @@ def synthetic_scene(root: Path, kind: str, views: int, width: int, height: int, 
     return name, scene
 
 
-def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str]) -> dict:
+def _scores(eth: dict) -> dict:
+    """{"1cm": {accuracy, completeness, f1}, ...} of an ETH3D result at the suite's tolerances."""
+    return {f"{t * 100:g}cm": {m: round(eth[m][eth["tolerances"].index(t)], 4) for m in ("accuracy", "completeness", "f1")}
+            for t in TOLERANCES}
+
+
+def oracle_scores(scene: Path) -> dict:
+    """The suite's scores of the scene's oracle cloud (perfect depth where two views see it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
+    from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: PLC0415
+    from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
+    from mvs_pipeline.scene.workspace import read_scene  # noqa: PLC0415
+    from mvs_pipeline.synth.oracle import oracle_cloud  # noqa: PLC0415
+
+    views = read_scene(scene / "images", scene / "sparse" / "0")
+    points = oracle_cloud(views, scene / "gt" / "depth", min_views=2)
+    return _scores(evaluate_eth3d(points, load_scans(scene / "gt" / "eth3d" / "scan_alignment.mlp"),
+                                  tolerances=TOLERANCES))
+
+
+def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
+                  oracle: bool = False) -> dict:
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
     out = root / f"{name}_out"
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
     eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
-    row = {"scene": name, "points": eth["num_reconstruction_points"], "seconds": round(wall, 1)}
-    for t in TOLERANCES:
-        k = eth["tolerances"].index(t)
-        row[f"{t * 100:g}cm"] = {m: round(eth[m][k], 4) for m in ("accuracy", "completeness", "f1")}
+    row = {"scene": name, "points": eth["num_reconstruction_points"], "seconds": round(wall, 1), **_scores(eth)}
+    if oracle:
+        row["oracle"] = oracle_scores(scene)
     return row
 
 
@@ -67,8 +91,10 @@ def dtu_row(root: Path, dtu: Path, extra: list[str]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES) + " |",
-             "|---|---|---|" + "---|" * len(TOLERANCES)]
+    oracle = any("oracle" in r for r in rows)
+    lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES)
+             + (" | oracle comp / F1 @2 cm |" if oracle else " |"),
+             "|---|---|---|" + "---|" * (len(TOLERANCES) + oracle)]
     for r in rows:
         if "mask_precision_all" in r:
             cells = [f"mask precision {r['mask_precision_all']} (all views), {r['mask_precision_90']} (90 %); "
@@ -76,6 +102,9 @@ def table(rows: list[dict]) -> str:
         else:
             cells = [" / ".join(f"{r[f'{t * 100:g}cm'][m]:.3f}" for m in ("accuracy", "completeness", "f1"))
                      for t in TOLERANCES]
+        if oracle:
+            o = r.get("oracle", {}).get("2cm")
+            cells.append(f"{o['completeness']:.3f} / {o['f1']:.3f}" if o else "")
         lines.append(f"| {r['scene']} | {r['points']:,} | {r['seconds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -87,13 +116,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-synthetic", action="store_true", help="only the DTU row")
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_quality")
     ap.add_argument("--args", default="", help="extra arguments for every `run` (the suite means no flags)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also score each synthetic scene's oracle cloud (perfect depth where two views see it)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     extra = args.args.split()
     rows = []
     t0 = time.perf_counter()
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
-        rows.append(synthetic_row(args.root, *spec, extra))
+        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle))
         print(json.dumps(rows[-1]), flush=True)
     if args.dtu is not None:
         rows.append(dtu_row(args.root, args.dtu, extra))
