@@ -88,10 +88,6 @@ class DepthConfig:
     planar_prior_max_reproj_error: float = field(default=2.0, metadata=meta(
         "planar prior: forward-backward reprojection error below which a source counts as consistent", "px",
         (0.01, 100.0)))
-    planar_prior_min_texture: float = field(default=0.0, metadata=meta(
-        "planar prior: a pixel is reliable only where its matching window's intensities vary by at least this "
-        "around their best-fit plane (std; NCC scores a smooth shading gradient as well at any depth; 0 = no "
-        "test)", "grey levels (0-255)", (0.0, 255.0)))
     filter_median: bool = field(default=True, metadata=meta(
         "post-filter the final depth maps with a median over checkerboard neighbours"))
     filter_max_cost: float | None = field(default=None, metadata=meta(

@@ -2,18 +2,16 @@
 
     prior, stats = build_planar_prior(depth, normal, cost, K, settings, sources)
 
-1. support points: pixels with a depth and cost below `max_cost` (and, with `min_texture`, a
-   textured matching window: NCC cannot tell depths apart on a smooth shading gradient, so such
-   windows score low costs at wrong depths), geometrically consistent with at least
-   `min_consistent` sources' maps of the same pass (forward-backward reprojection within
+1. support points: pixels with a depth and cost below `max_cost`, geometrically consistent with
+   at least `min_consistent` sources' maps of the same pass (forward-backward reprojection within
    `max_reproj_error` px, ACMM's check), at most one per `grid` x `grid` cell (its lowest cost);
 2. Delaunay triangulation of their pixel centres (scipy.spatial.Delaunay);
 3. per triangle the plane through its vertices' 3-D points; triangles with an image edge longer
    than `max_edge` px or seen at a grazing angle (typically spanning a depth discontinuity) are
    dropped;
 4. rasterised: each pixel inside a kept triangle gets the plane's normal and its depth along the
-   pixel's ray; pixels that were already reliable (as in 1., without the consistency check) get
-   no prior, so the term acts only where the photometric cost was ambiguous.
+   pixel's ray; pixels that were already reliable (cost below `max_cost`) get no prior, so the
+   term acts only where the photometric cost was ambiguous.
 
 prior: [H, W, 4] float32 (nx, ny, nz, depth), depth 0 where there is no prior: what
 PatchMatchProblem.planar_prior takes. The CPU and the GPU run use the same host code, so the
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 # A triangle whose plane meets its centroid's ray at more than this angle from the normal is
@@ -40,8 +37,6 @@ class PriorSettings:
     max_edge: float
     min_consistent: int
     max_reproj_error: float
-    min_texture: float = 0.0    # grey levels; 0 = no texture test
-    window_radius: int = 5      # px: the matching window's half size (patchmatch.window_radius)
 
 
 @dataclass(frozen=True)
@@ -85,38 +80,11 @@ def consistent_views(K: np.ndarray, xs, ys, depth: np.ndarray, sources: list[Sou
     return count
 
 
-def plane_residual_std(image: np.ndarray, radius: int) -> np.ndarray:
-    """[H, W] float64: per pixel, the standard deviation of its (2 radius + 1)^2 window's intensities
-    around their least-squares plane a + b dx + c dy (borders mirrored). 0 on any linear ramp,
-    which NCC matches equally well at every shift along it; the noise level on a bare wall."""
-    I = np.asarray(image, np.float64)
-    n = (2 * radius + 1) ** 2
-    ones, offsets = np.ones(2 * radius + 1), np.arange(-radius, radius + 1, dtype=np.float64)
-
-    def window_sum(a, kx, ky):   # sum over the window of k(dx, dy) a(x + dx, y + dy), as correlation
-        return cv2.sepFilter2D(a, cv2.CV_64F, kx, ky, borderType=cv2.BORDER_REFLECT)
-
-    s, s2 = window_sum(I, ones, ones), window_sum(I * I, ones, ones)
-    sdx, sdy = window_sum(I, offsets, ones), window_sum(I, ones, offsets)   # sums of dx I and dy I
-    sum_d2 = n * radius * (radius + 1) / 3.0                          # sum of dx^2 = sum of dy^2; sum dx dy = 0
-    var = s2 / n - (s / n) ** 2 - (sdx ** 2 + sdy ** 2) / (sum_d2 * n)
-    return np.sqrt(np.maximum(var, 0.0))
-
-
-def reliable_pixels(depth: np.ndarray, cost: np.ndarray, settings: PriorSettings,
-                    image: np.ndarray | None) -> np.ndarray:
-    """[H, W] bool: a depth, a cost below max_cost and (with min_texture and the image) a textured window."""
-    reliable = np.isfinite(depth) & (depth > 0) & (cost < settings.max_cost)
-    if settings.min_texture > 0 and image is not None:
-        reliable &= plane_residual_std(image, settings.window_radius) >= settings.min_texture
-    return reliable
-
-
 def support_points(depth: np.ndarray, cost: np.ndarray, K: np.ndarray, settings: PriorSettings,
-                   sources: list[SourceMaps] | None, reliable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(xs, ys) int64 of the support points: `reliable` pixels (reliable_pixels) consistent with the
-    sources, the lowest cost per grid cell."""
+                   sources: list[SourceMaps] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(xs, ys) int64 of the support points: reliable pixels, the lowest cost per grid cell."""
     H, W = depth.shape
+    reliable = np.isfinite(depth) & (depth > 0) & (cost < settings.max_cost)
     ys, xs = np.nonzero(reliable)
     if sources and settings.min_consistent > 0 and len(xs):
         keep = consistent_views(K, xs, ys, depth[ys, xs].astype(np.float64), sources,
@@ -132,12 +100,11 @@ def support_points(depth: np.ndarray, cost: np.ndarray, K: np.ndarray, settings:
 
 
 def build_planar_prior(depth: np.ndarray, normal: np.ndarray, cost: np.ndarray, K: np.ndarray,
-                       settings: PriorSettings, sources: list[SourceMaps] | None = None,
-                       image: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+                       settings: PriorSettings, sources: list[SourceMaps] | None = None
+                       ) -> tuple[np.ndarray, dict]:
     """Planar prior [H, W, 4] float32 of one view from its maps (depth, cost [H, W]; normal
     [H, W, 3] is not used by the planes, which come from the vertices' points, and is taken for
-    a symmetric call), optional sources' maps of the same pass and the reference image [H, W]
-    (grey, for settings.min_texture); stats for the log."""
+    a symmetric call) and optional sources' maps of the same pass; stats for the log."""
     from scipy.spatial import Delaunay  # noqa: PLC0415 (only the planar-prior pass needs it)
 
     del normal
@@ -146,8 +113,7 @@ def build_planar_prior(depth: np.ndarray, normal: np.ndarray, cost: np.ndarray, 
     K = np.asarray(K, np.float64)
     H, W = depth.shape
     prior = np.zeros((H, W, 4), np.float32)
-    reliable = reliable_pixels(depth, cost, settings, image)
-    xs, ys = support_points(depth, cost, K, settings, sources, reliable)
+    xs, ys = support_points(depth, cost, K, settings, sources)
     stats = {"support_points": int(len(xs)), "triangles": 0, "triangles_kept": 0, "prior_pixels": 0}
     if len(xs) < 3:
         return prior, stats
@@ -177,7 +143,7 @@ def build_planar_prior(depth: np.ndarray, normal: np.ndarray, cost: np.ndarray, 
     which = tri.find_simplex(np.stack([gx.ravel() + 0.5, gy.ravel() + 0.5], -1)).reshape(H, W)
     inside = which >= 0
     inside[inside] = valid[which[inside]]
-    inside &= ~reliable
+    inside &= ~(np.isfinite(depth) & (depth > 0) & (cost < settings.max_cost))
     py, px = np.nonzero(inside)
     t = which[py, px]
     dist = -(n[t] * a[t]).sum(1)                                           # plane n.X + dist = 0, dist > 0

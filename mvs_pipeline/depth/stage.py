@@ -130,10 +130,8 @@ def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: De
     prof.stop("read_maps")
     settings = PriorSettings(max_cost=d.planar_prior_max_cost, grid=d.planar_prior_grid,
                              max_edge=d.planar_prior_max_edge, min_consistent=d.planar_prior_min_consistent,
-                             max_reproj_error=d.planar_prior_max_reproj_error, min_texture=d.planar_prior_min_texture,
-                             window_radius=cfg.patchmatch.window_radius)
-    prior, stats = build_planar_prior(depth, normal, cost, problem.K_ref, settings, sources,
-                                      image=to_host(problem.ref_image))
+                             max_reproj_error=d.planar_prior_max_reproj_error)
+    prior, stats = build_planar_prior(depth, normal, cost, problem.K_ref, settings, sources)
     log.debug("depth: planar prior of '%s': %s", name, stats)
     has = prior[..., 3] > 0
     problem.init_depth = np.where(has, prior[..., 3], depth).astype(np.float32)

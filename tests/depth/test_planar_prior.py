@@ -9,8 +9,7 @@ import pytest
 from mvs_pipeline.cli import main
 from mvs_pipeline.depth.params import DepthConfig
 from mvs_pipeline.depth.passes import plan_passes
-from mvs_pipeline.depth.planar_prior import (PriorSettings, SourceMaps, build_planar_prior, consistent_views,
-                                             plane_residual_std)
+from mvs_pipeline.depth.planar_prior import PriorSettings, SourceMaps, build_planar_prior, consistent_views
 
 K = np.array([[200.0, 0, 80.0], [0, 200.0, 60.0], [0, 0, 1]])
 H, W = 120, 160
@@ -46,55 +45,6 @@ def test_prior_reproduces_a_plane_from_sparse_reliable_pixels():
     np.testing.assert_allclose(prior[has][:, 3], DEPTH[has], rtol=1e-5)
     np.testing.assert_allclose(prior[has][:, :3], np.broadcast_to(N, (has.sum(), 3)), atol=1e-4)   # float32 vertex depths
     assert stats["prior_pixels"] == has.sum()
-
-
-def test_plane_residual_std_matches_a_least_squares_fit_per_window():
-    """Against numpy's least squares on every window of a random image (borders mirrored as
-    OpenCV's BORDER_REFLECT: 'fedcba|abcdef|fedcba')."""
-    rng = np.random.default_rng(5)
-    image = rng.uniform(0, 255, (14, 17))
-    r = 3
-    got = plane_residual_std(image, r)
-    padded = np.pad(image, r, mode="symmetric")
-    dy, dx = np.mgrid[-r:r + 1, -r:r + 1]
-    A = np.column_stack([np.ones(dx.size), dx.ravel(), dy.ravel()])
-    for y in range(image.shape[0]):
-        for x in range(image.shape[1]):
-            window = padded[y:y + 2 * r + 1, x:x + 2 * r + 1].ravel()
-            residual = window - A @ np.linalg.lstsq(A, window, rcond=None)[0]
-            assert got[y, x] == pytest.approx(np.sqrt(np.mean(residual ** 2)), rel=1e-7, abs=1e-6)
-
-
-def test_plane_residual_std_is_zero_on_a_ramp_and_the_noise_on_a_noisy_one():
-    gy, gx = np.mgrid[0:60, 0:80]
-    ramp = 40.0 + 1.7 * gx - 0.9 * gy            # smooth shading: NCC matches it at any shift
-    assert plane_residual_std(ramp, 5)[5:-5, 5:-5].max() < 1e-4   # (mirrored borders fold the ramp)
-
-    noisy = ramp + np.random.default_rng(6).normal(0, 2.0, ramp.shape)
-    assert np.median(plane_residual_std(noisy, 5)) == pytest.approx(2.0 * np.sqrt(118 / 121), rel=0.1)
-
-
-def test_min_texture_takes_smooth_low_cost_pixels_out_of_the_support():
-    """A shaded wall (a ramp in the image) where PatchMatch found low costs at wrong depths: with
-    min_texture those pixels are neither support points nor left without a prior, so the plane
-    from the textured pixels around them covers them."""
-    rng = np.random.default_rng(7)
-    gy, gx = np.mgrid[0:H, 0:W]
-    image = rng.uniform(0, 255, (H, W))
-    wall = (gx > 40) & (gx < 120) & (gy > 30) & (gy < 90)
-    image[wall] = 60.0 + 0.5 * gx[wall] + 0.2 * gy[wall]
-    inner = wall & (gx > 50) & (gx < 110) & (gy > 40) & (gy < 80)   # windows wholly on the ramp
-    cost = _sparse_cost(rng, 0.05)
-    cost[wall] = 0.05                                   # low everywhere on the wall
-    depth = DEPTH.copy()
-    depth[inner] *= rng.uniform(0.5, 2.0, int(inner.sum())).astype(np.float32)   # but wrong where untextured
-    plain = build_planar_prior(depth, np.zeros((H, W, 3)), cost, K, SETTINGS)[0]
-    textured = build_planar_prior(depth, np.zeros((H, W, 3)), cost, K,
-                                  PriorSettings(0.1, 5, 150.0, 0, 2.0, min_texture=2.0, window_radius=5), image=image)[0]
-    assert not (plain[..., 3] > 0)[inner].any()          # taken as reliable: no prior
-    has = textured[..., 3] > 0
-    assert has[inner].all()
-    np.testing.assert_allclose(textured[inner][:, 3], DEPTH[inner], rtol=1e-5)
 
 
 def test_long_triangles_and_too_few_points_give_no_prior():
