@@ -14,7 +14,9 @@ relative margins to [low / (1 + m_near), high * (1 + m_far)]. Views with too few
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +26,11 @@ from ..scene.scene import Scene
 from .params import ViewsConfig, auto_num_neighbors
 
 log = logging.getLogger(__name__)
+
+# The last view graph computed: (weak reference to its scene, the filter settings, neighbours,
+# scores). Resolving `auto` (config/auto.py) and the views stage both need the graph of the same
+# scene, and at 80 views it costs ~2 s (5 M point pairs sorted).
+_last_graph: tuple | None = None
 
 
 @dataclass
@@ -81,7 +88,19 @@ def angle_weight(theta: np.ndarray, cfg: ViewsConfig) -> np.ndarray:
 
 def candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
     """Per view_idx: every source passing min_shared_points and min_triangulation_angle (in source
-    order) and its pair score; the view graph that num_neighbors (and its `auto`) picks from."""
+    order) and its pair score; the view graph that num_neighbors (and its `auto`) picks from.
+    Fresh lists each call (callers trim them); computed once per scene object and settings."""
+    global _last_graph
+    filters = dataclasses.replace(cfg, num_neighbors=0)   # everything but the count kept
+    if _last_graph is not None and _last_graph[0]() is scene and _last_graph[1] == filters:
+        neighbors, scores = _last_graph[2], _last_graph[3]
+    else:
+        neighbors, scores = _candidate_pairs(scene, cfg)
+        _last_graph = (weakref.ref(scene), filters, neighbors, scores)
+    return [list(c) for c in neighbors], [list(c) for c in scores]
+
+
+def _candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
     n = scene.num_views
     a, b, theta = pair_observations(scene)
     key = a * n + b

@@ -146,3 +146,21 @@ def test_fusion_cfg_lists_the_views_with_sources_and_is_added_on_resume(tmp_path
     cfg.unlink()
     views.select_and_write(_vcfg("num_neighbors=3"), scene, tmp_path)  # resumes from views.json
     assert cfg.read_text() == "".join(f"{n}\n" for n in expected)
+
+
+def test_the_view_graph_is_computed_once_per_scene_and_filters(tmp_path, monkeypatch):
+    """Resolving `auto` and the views stage ask for the same graph: the second call reuses it
+    (fresh lists, so trimming one answer leaves the next intact); other filters or another scene
+    object compute it again."""
+    scene = _scene(build_tiny_reconstruction(), tmp_path)
+    calls = []
+    compute = selection._candidate_pairs
+    monkeypatch.setattr(selection, "_candidate_pairs", lambda s, c: calls.append(1) or compute(s, c))
+    first = selection.candidate_pairs(scene, _vcfg())
+    first[0].clear()
+    again = selection.candidate_pairs(scene, _vcfg("num_neighbors=3"))   # the count is not a filter
+    assert len(calls) == 1 and again == compute(scene, _vcfg()) and again[0][0]
+    selection.candidate_pairs(scene, _vcfg("min_shared_points=1"))
+    assert len(calls) == 2
+    selection.candidate_pairs(_scene(build_tiny_reconstruction(), tmp_path), _vcfg("min_shared_points=1"))
+    assert len(calls) == 3
