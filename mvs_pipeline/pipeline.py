@@ -44,7 +44,7 @@ class RunContext:
     images: Path | None = None
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
-    client: object = None  # distributed.Client while a --cluster run is open (cluster/client.py)
+    cluster: object = None  # cluster/client.ClusterStart while a --cluster run is open
     stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     backend: str = "cpu"  # resolved
     scene: object = None
@@ -68,6 +68,12 @@ class RunContext:
         for a in self.auto:
             log.info("auto: %s = %s (%s)", a.key, a.value, a.reason)
 
+    def require_client(self):
+        """The Dask client of `--cluster`, once its start (begun with the run) has finished."""
+        if self.cluster is None:
+            raise MVSError("this stage needs --cluster (no Dask client is open)")
+        return self.cluster.client()
+
     def require_selection(self):
         if self.selection is None:
             self.selection = views_stage.select_and_write(self.cfg.views, self.require_scene(), self.out_dir,
@@ -78,10 +84,10 @@ class RunContext:
 # Stages are imported when they run: the heavy ones pull in numba and CuPy.
 def _run_load(ctx: RunContext) -> None:
     scene_stage.run(ctx)
-    if ctx.client is not None:   # --cluster: the workers decode the images while views run here
+    if ctx.cluster is not None:   # --cluster: the workers decode the images while views run here
         from .depth.cluster_run import prefetch_images_on_workers  # noqa: PLC0415 (imports distributed)
 
-        prefetch_images_on_workers(ctx.client, ctx.scene)
+        prefetch_images_on_workers(ctx.require_client(), ctx.scene)
 
 
 def _run_views(ctx: RunContext) -> None:
@@ -89,7 +95,7 @@ def _run_views(ctx: RunContext) -> None:
 
 
 def _run_depth(ctx: RunContext) -> None:
-    if ctx.client is not None:   # --cluster: one Dask task per (pass, view)
+    if ctx.cluster is not None:   # --cluster: one Dask task per (pass, view)
         from .depth import cluster_run  # noqa: PLC0415 (imports distributed)
 
         cluster_run.run(ctx)
@@ -258,14 +264,15 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
         if ctx.cfg.cluster.kind != "none" and "depth" in stages:   # the only stage that uses it; no --cluster, no dask
-            from .cluster.client import open_client  # noqa: PLC0415
+            from .cluster.client import ClusterStart  # noqa: PLC0415
 
             from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
 
-            ctx.client = stack.enter_context(open_client(ctx.cfg.cluster))
-            warm_up_workers(ctx.client, ctx.backend, ctx.cfg)   # imports and kernel loads while load/views run here
+            # the workers start, import and load their kernels while load/views run here
+            ctx.cluster = ClusterStart(ctx.cfg.cluster, lambda client: warm_up_workers(client, ctx.backend, ctx.cfg))
+            stack.callback(ctx.cluster.close)
         _run_stages(ctx, stages, timings, gpu_peaks, done)
-        ctx.client = None
+        ctx.cluster = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
               "stage_unix_times": ctx.stage_unix_times, "counts": ctx.counts,

@@ -350,7 +350,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
 
 
 def run(ctx) -> None:
-    """The pipeline's `depth` stage when `run --cluster` opened a client (ctx.client)."""
+    """The pipeline's `depth` stage when `run --cluster` started a cluster (ctx.require_client())."""
     ctx.counts.update(compute_depth_maps_on_cluster(
-        ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend, ctx.client,
+        ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend, ctx.require_client(),
         retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite, progress=ctx.progress))

@@ -1,0 +1,49 @@
+"""cluster/client.ClusterStart: the cluster opens in a background thread while the caller goes on
+(the load stage), is shut down in the thread that opened it, and a failed start is raised where
+the client is needed."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+pytest.importorskip("distributed")
+
+from mvs_pipeline.cluster import client as cluster_client  # noqa: E402
+from mvs_pipeline.cluster.params import ClusterConfig  # noqa: E402
+from mvs_pipeline.errors import MVSError  # noqa: E402
+
+
+def test_the_cluster_opens_while_the_caller_goes_on_and_closes_where_it_opened(monkeypatch):
+    opening, release, threads, opened = threading.Event(), threading.Event(), {}, []
+
+    @contextlib.contextmanager
+    def fake_open_client(cfg):
+        threads["open"] = threading.current_thread()
+        opening.set()
+        assert release.wait(10), "the caller never went on while the cluster was starting"
+        yield "client"
+        threads["close"] = threading.current_thread()
+
+    monkeypatch.setattr(cluster_client, "open_client", fake_open_client)
+    start = cluster_client.ClusterStart(ClusterConfig(kind="local", workers=1), on_open=opened.append)
+    assert opening.wait(10)            # started without the caller waiting for it...
+    release.set()                      # ...which now does its own work and lets the start finish
+    assert start.client() == "client" and opened == ["client"]
+    start.close()
+    assert threads["open"] is threads["close"] is not threading.main_thread()
+
+
+def test_a_failed_start_is_raised_where_the_client_is_needed(monkeypatch):
+    @contextlib.contextmanager
+    def failing_open_client(cfg):
+        raise MVSError("cluster: cannot reach the Dask scheduler at tcp://nowhere:8786")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(cluster_client, "open_client", failing_open_client)
+    start = cluster_client.ClusterStart(ClusterConfig(kind="address", address="tcp://nowhere:8786"))
+    with pytest.raises(MVSError, match="cannot reach the Dask scheduler"):
+        start.client()
+    start.close()   # nothing was opened: nothing to shut down, no second error
