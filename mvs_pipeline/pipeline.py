@@ -69,10 +69,14 @@ class RunContext:
             log.info("auto: %s = %s (%s)", a.key, a.value, a.reason)
 
     def require_client(self):
-        """The Dask client of `--cluster`, once its start (begun with the run) has finished."""
+        """The Dask client of `--cluster`, once its start (begun with the run) has finished; the
+        first wait for it goes into counts.cluster_wait_seconds (inside the stage that waited)."""
         if self.cluster is None:
             raise MVSError("this stage needs --cluster (no Dask client is open)")
-        return self.cluster.client()
+        t0 = time.perf_counter()
+        client = self.cluster.client()
+        self.counts.setdefault("cluster_wait_seconds", round(time.perf_counter() - t0, 3))
+        return client
 
     def require_selection(self):
         if self.selection is None:

@@ -82,6 +82,7 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert len(workers) == 2   # both worker processes got tasks
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
     assert record["cluster"] == "local"
+    assert record["counts"]["cluster_wait_seconds"] >= 0   # the load stage's wait for the cluster's start
     # each task's span (seconds from its pass's submission) lies inside that pass's task phase
     phases = record["counts"]["depth_cluster_pass_phases"]
     assert set(phases) == set(record["counts"]["depth_pass_seconds"])
