@@ -44,11 +44,8 @@ def _back_project(view, depth: np.ndarray, stride: int) -> np.ndarray:
 
 def _seen_by(view, depth: np.ndarray, points: np.ndarray) -> np.ndarray:
     """[N] bool: the view sees each point (in front, inside the image, not hidden)."""
-    camera = points @ view.R.T + view.t
-    z = camera[:, 2]
-    image = camera @ np.asarray(view.K, np.float64).T
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u, v = image[:, 0] / z, image[:, 1] / z
+    uv, z = view.project(points)
+    u, v = uv[:, 0], uv[:, 1]
     inside = (z > 0) & (u >= 0) & (u < depth.shape[1]) & (v >= 0) & (v < depth.shape[0])
     surface = np.zeros(len(points))
     surface[inside] = depth[v[inside].astype(np.int64), u[inside].astype(np.int64)]
@@ -58,7 +55,7 @@ def _seen_by(view, depth: np.ndarray, points: np.ndarray) -> np.ndarray:
 def oracle_cloud(scene, gt_depth_dir: Path, min_views: int = 2, max_points: int = 10_000_000) -> np.ndarray:
     """[N, 3] float64 world points: the ground-truth depth of every view's pixels (every stride-th
     pixel when all of them would exceed `max_points`), kept where >= `min_views` views see them.
-    `scene`: a scene.Scene (its views' name, size, K, R, t; x_camera = R x_world + t)."""
+    `scene`: a scene.Scene (its views' name, size, K, R, t and project; x_camera = R x_world + t)."""
     depths = [_gt_depth(gt_depth_dir, v) for v in scene.views]
     pixels = sum(int((d > 0).sum()) for d in depths)
     stride = max(1, int(np.ceil(np.sqrt(pixels / max_points))))
