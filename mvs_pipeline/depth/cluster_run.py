@@ -50,10 +50,9 @@ from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_
 from .writer import MapWriter
 
 log = logging.getLogger(__name__)
-_IMAGES_LOCK = threading.Lock()   # a worker's threads (tasks, client.run calls) share its images
-
 
 _IMAGES_ATTR = "_mvs_pipeline_images"   # a dask Worker's decoded images: (scene key, GreyImageCache)
+_IMAGES_LOCK = threading.Lock()   # a worker's threads (tasks, client.run calls) share its images
 
 
 @dataclass(frozen=True)
@@ -315,10 +314,10 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
                                                     progress, workers, on_task_done)
                 t_flush = time.perf_counter()
                 flushed_valid, slowest_flush = flush_workers(client, job.token, pss.index)
+                t_check = time.perf_counter()
                 # no writer is busy now: a worker killed while writing left its temporary file
                 for path in remove_leftovers(job.out_dir / "stereo"):
                     log.info("depth: removed %s, left by a worker that died while writing it", path)
-                t_check = time.perf_counter()
                 computed += tasks
                 valid += task_valid + flushed_valid
                 pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
