@@ -175,12 +175,13 @@ def nearest_dist2_cuda(queries, points, max_dist: float, h0: float | None = None
 
 def evaluate_point_results_cuda(recon32: np.ndarray, gt_world: np.ndarray, scans, max_tol: float,
                                 beam_start: float, tan_div: float, stop_dist2: float):
-    """(cupy, gt_dist2, best_dist2, front, seconds) with the arrays on the GPU."""
+    """(cupy, gt_dist2, best_dist2, front, seconds) with the arrays on the GPU; the inputs may be
+    NumPy or CuPy arrays."""
     cp = import_cupy()
     seconds = {}
     t0 = time.perf_counter()
-    recon_d = cp.asarray(np.ascontiguousarray(recon32, dtype=np.float32))
-    gt_d = cp.asarray(np.ascontiguousarray(gt_world, dtype=np.float64))
+    recon_d = cp.ascontiguousarray(cp.asarray(recon32, dtype=cp.float32))
+    gt_d = cp.ascontiguousarray(cp.asarray(gt_world, dtype=cp.float64))
     cp.cuda.Device().synchronize()
     seconds["upload"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -48,12 +48,15 @@ def _pick(n: int, max_points: int, seed: int) -> np.ndarray:
         else np.arange(n)
 
 
-def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: int = 0, cloud=None) -> Path:
+def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: int = 0, cloud=None,
+                        totals=None) -> Path:
     """Write the preview of `ply_path` (a binary PLY with x, y, z [and red, green, blue]). `cloud`:
-    the PointCloud just written there (NumPy or CuPy arrays), to skip reading the file back."""
+    the PointCloud just written there (NumPy or CuPy arrays), to skip reading the file back.
+    `totals`: (points, bbox min, bbox max, xyz sum) from the writer of a file streamed in chunks
+    (io/fused_ply.py), so that only the chosen points are read back."""
     ply_path = Path(ply_path)
     if cloud is None:
-        stats = _stats_from_file(ply_path, max_points, seed)
+        stats = _stats_from_file(ply_path, max_points, seed, totals)
     else:
         stats = _stats_from_arrays(cloud.xyz, cloud.colors, max_points, seed)
     n, lo, hi, total, xyz, rgb = stats
@@ -66,7 +69,7 @@ def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: 
     return out
 
 
-def _stats_from_file(ply_path: Path, max_points: int, seed: int):
+def _stats_from_file(ply_path: Path, max_points: int, seed: int, totals=None):
     import plyfile  # noqa: PLC0415
 
     try:
@@ -74,12 +77,17 @@ def _stats_from_file(ply_path: Path, max_points: int, seed: int):
     except (OSError, ValueError, KeyError, plyfile.PlyParseError) as exc:
         raise MVSError(f"{ply_path}: cannot read the cloud for its preview ({exc})") from exc
     n = len(vertex)
-    # Per column on the memory map itself: min/max are exact in the file's own type and the sum
-    # accumulates in float64 without a converted copy (a stacked [N, 3] float64 copy took 4x longer).
-    columns = [vertex[a] for a in "xyz"]
-    lo = np.array([float(c.min()) if n else np.inf for c in columns])
-    hi = np.array([float(c.max()) if n else -np.inf for c in columns])
-    total = np.array([float(c.sum(dtype=np.float64)) for c in columns])
+    if totals is not None:
+        if int(totals[0]) != n:
+            raise MVSError(f"{ply_path}: holds {n} points but its writer counted {int(totals[0])}")
+        lo, hi, total = (np.asarray(t, dtype=np.float64) for t in totals[1:])
+    else:
+        # Per column on the memory map itself: min/max are exact in the file's own type and the sum
+        # accumulates in float64 without a converted copy (a stacked [N, 3] float64 copy took 4x longer).
+        columns = [vertex[a] for a in "xyz"]
+        lo = np.array([float(c.min()) if n else np.inf for c in columns])
+        hi = np.array([float(c.max()) if n else -np.inf for c in columns])
+        total = np.array([float(c.sum(dtype=np.float64)) for c in columns])
     picked = vertex[_pick(n, max_points, seed)]
     xyz = np.stack([np.asarray(picked[a], dtype=np.float64) for a in "xyz"], axis=1)
     names = picked.dtype.names or ()

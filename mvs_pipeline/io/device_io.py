@@ -6,22 +6,25 @@
 Why: a pageable copy of fused.ply's body (1.4 GB at 50 M points) goes file -> fresh host buffer
 (page faults on every page) -> CUDA's staging buffer -> GPU. Here the file is read into one
 pinned chunk while the previous chunk is copied to the GPU asynchronously, so reading and the
-PCIe copy overlap and no host array of the whole body exists; the way back likewise overlaps the
-download of one chunk with the file write of the previous one. Both run on CuPy's current stream,
-so they are ordered after the kernels that made `data` and before those that use it. The copies
-are MemoryPointer's async copies (stable across CuPy versions, unlike ndarray.get's `blocking`).
+PCIe copy overlap and no host array of the whole body exists; a few threads read disjoint chunks
+at once, each on its own stream, and the result is ready when the call returns. The way back
+overlaps the download of one chunk with the file write of the previous one on CuPy's current
+stream, so it is ordered after the kernels that made `data`. The copies are MemoryPointer's async
+copies (stable across CuPy versions, unlike ndarray.get's `blocking`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import MVSError
 
 CHUNK_BYTES = 32 << 20
+READ_THREADS = 4  # concurrent chunk readers of read_to_device
 
 
 def _pinned(cupy, nbytes: int) -> np.ndarray:
@@ -35,28 +38,61 @@ def _address(buf: np.ndarray) -> ctypes.c_void_p:
     return ctypes.c_void_p(int(buf.ctypes.data))
 
 
-def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_bytes: int = CHUNK_BYTES):
-    """cupy uint8 [nbytes]: bytes offset .. offset + nbytes of the file."""
+def _pread_full(fd: int, view: memoryview, offset: int) -> int:
+    """Bytes read into `view` from `offset` on: all of it unless the file ends first."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
+def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_bytes: int = CHUNK_BYTES,
+                   threads: int | None = None):
+    """cupy uint8 [nbytes]: bytes offset .. offset + nbytes of the file.
+
+    `threads` (default: up to READ_THREADS, one per 4 chunks) read disjoint runs of chunks, each
+    through its own two pinned buffers and CUDA stream: one thread read fused.ply's 1.8 GB at
+    ~2.5 GB/s from the page cache (H100 machine), the copy out of the page cache being the limit."""
     import cupy  # noqa: PLC0415
 
     out = cupy.empty(nbytes, dtype=cupy.uint8)
+    if nbytes == 0:
+        return out
     chunk = max(1, min(chunk_bytes, nbytes))
-    bufs = [_pinned(cupy, chunk) for _ in range(2)]
-    done = [None, None]  # event after the last copy out of each buffer
-    stream = cupy.cuda.get_current_stream()
-    with open(path, "rb") as f:
-        f.seek(offset)
-        for k, pos in enumerate(range(0, nbytes, chunk)):
-            count = min(chunk, nbytes - pos)
-            buf = bufs[k % 2]
-            if done[k % 2] is not None:
-                done[k % 2].synchronize()  # its previous copy to the GPU has finished
-            got = f.readinto(memoryview(buf)[:count])
-            if got != count:
-                raise MVSError(f"{path}: file ends {nbytes - pos - (got or 0)} bytes early")
-            (out.data + pos).copy_from_host_async(_address(buf), count, stream)
-            done[k % 2] = stream.record()
-    stream.synchronize()  # the pinned buffers go back to CuPy's pool when this returns
+    starts = list(range(0, nbytes, chunk))
+    n_threads = max(1, min(threads or READ_THREADS, (len(starts) + 3) // 4))
+    # `out` may reuse memory that kernels still queued on the current stream use: the readers'
+    # own streams must not write into it before those finish.
+    cupy.cuda.get_current_stream().synchronize()
+    device = cupy.cuda.Device().id
+    runs = [starts[k::n_threads] for k in range(n_threads)]
+
+    def read_run(run: list[int]) -> None:
+        with cupy.cuda.Device(device), open(path, "rb", buffering=0) as f:
+            stream = cupy.cuda.Stream(non_blocking=True)
+            bufs = [_pinned(cupy, chunk) for _ in range(2)]
+            done = [None, None]  # event after the last copy out of each buffer
+            for k, pos in enumerate(run):
+                count = min(chunk, nbytes - pos)
+                buf = bufs[k % 2]
+                if done[k % 2] is not None:
+                    done[k % 2].synchronize()  # its previous copy to the GPU has finished
+                got = _pread_full(f.fileno(), memoryview(buf)[:count], offset + pos)
+                if got != count:
+                    raise MVSError(f"{path}: file ends {nbytes - pos - got} bytes early")
+                (out.data + pos).copy_from_host_async(_address(buf), count, stream)
+                done[k % 2] = stream.record()
+            stream.synchronize()  # the pinned buffers go back to CuPy's pool when this returns
+
+    if n_threads == 1:
+        read_run(runs[0])
+    else:
+        with ThreadPoolExecutor(max_workers=n_threads) as pool:
+            for fut in [pool.submit(read_run, run) for run in runs]:
+                fut.result()
     return out
 
 

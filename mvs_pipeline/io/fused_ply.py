@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,38 @@ def ply_header(num_points: int) -> bytes:
     return ("\n".join(head + [comment] + tail) + "\n").encode("ascii")
 
 
+@dataclass
+class PackedChunk:
+    """One chunk in its on-disk form, and its share of the cloud's statistics."""
+    records: np.ndarray  # [P] VERTEX_DTYPE
+    vis_words: np.ndarray  # little-endian uint32 visibility records of the P points
+    bbox_min: np.ndarray  # [3] float64 (inf when P = 0)
+    bbox_max: np.ndarray  # [3] float64 (-inf when P = 0)
+    xyz_sum: np.ndarray  # [3] float64
+
+
+def pack_chunk(xyz: np.ndarray, normal: np.ndarray, color: np.ndarray, support: np.ndarray,
+               vis_words: np.ndarray) -> PackedChunk:
+    """xyz, normal [P, 3]; color [P, 3] uint8; support [P]; vis_words: the P visibility records."""
+    p = len(xyz)
+    if not (normal.shape == xyz.shape == color.shape == (p, 3) and support.shape == (p,)):
+        raise ValueError(f"chunk arrays disagree: xyz {xyz.shape}, normal {normal.shape}, color {color.shape}, "
+                         f"support {support.shape}")
+    rec = np.empty(p, VERTEX_DTYPE)
+    for i, a in enumerate("xyz"):
+        rec[a] = xyz[:, i]
+        rec["n" + a] = normal[:, i]
+    for i, c in enumerate(("red", "green", "blue")):
+        rec[c] = color[:, i]
+    rec["support"] = support
+    # per column of the float32 values as written (what a reader of the file would compute)
+    cols = [rec[a] for a in "xyz"]
+    lo = np.array([float(c.min()) for c in cols]) if p else np.full(3, np.inf)
+    hi = np.array([float(c.max()) for c in cols]) if p else np.full(3, -np.inf)
+    total = np.array([float(c.sum(dtype=np.float64)) for c in cols])
+    return PackedChunk(rec, np.ascontiguousarray(vis_words, dtype="<u4"), lo, hi, total)
+
+
 class FusedCloudWriter:
     """Usage: `with FusedCloudWriter(ply, vis) as w: w.append(...); ...; w.finish()`."""
 
@@ -55,6 +88,9 @@ class FusedCloudWriter:
         self._ply_f = None
         self._vis_f = None
         self._finished = False
+        self.bbox_min = np.full(3, np.inf)
+        self.bbox_max = np.full(3, -np.inf)
+        self.xyz_sum = np.zeros(3)
 
     def __enter__(self) -> "FusedCloudWriter":
         try:
@@ -73,26 +109,30 @@ class FusedCloudWriter:
     def append(self, xyz: np.ndarray, normal: np.ndarray, color: np.ndarray, support: np.ndarray,
                vis_words: np.ndarray) -> None:
         """xyz, normal [P, 3]; color [P, 3] uint8; support [P]; vis_words: the P visibility records."""
-        p = len(xyz)
-        if not (normal.shape == xyz.shape == color.shape == (p, 3) and support.shape == (p,)):
-            raise ValueError(f"chunk arrays disagree: xyz {xyz.shape}, normal {normal.shape}, color {color.shape}, "
-                             f"support {support.shape}")
-        rec = np.empty(p, VERTEX_DTYPE)
-        for i, a in enumerate("xyz"):
-            rec[a] = xyz[:, i]
-            rec["n" + a] = normal[:, i]
-        for i, c in enumerate(("red", "green", "blue")):
-            rec[c] = color[:, i]
-        rec["support"] = support
+        self.append_packed(pack_chunk(xyz, normal, color, support, vis_words))
+
+    def append_packed(self, chunk: "PackedChunk") -> None:
+        """Append a chunk that pack_chunk made (possibly in another thread: packing is the costly
+        part, writing must keep the chunks' order)."""
         # file.write, not ndarray.tofile: tofile reports a full disk without its errno. Each error
         # names its own file (both temporaries are open at once; atomic_path cannot tell which).
-        for f, target, data in ((self._ply_f, self.ply_path, rec), (self._vis_f, self.vis_path,
-                                                                   np.asarray(vis_words, dtype="<u4"))):
+        for f, target, data in ((self._ply_f, self.ply_path, chunk.records),
+                                (self._vis_f, self.vis_path, chunk.vis_words)):
             try:
-                f.write(memoryview(np.ascontiguousarray(data).view(np.uint8)))
+                f.write(memoryview(data.view(np.uint8)))
             except OSError as exc:
                 raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        p = len(chunk.records)
+        if p:
+            self.bbox_min = np.minimum(self.bbox_min, chunk.bbox_min)
+            self.bbox_max = np.maximum(self.bbox_max, chunk.bbox_max)
+            self.xyz_sum = self.xyz_sum + chunk.xyz_sum
         self.num_points += p
+
+    def totals(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """(points, bbox min, bbox max, float64 sum of xyz) of what was appended: the exact
+        statistics a cloud preview needs, so it does not read the whole file back."""
+        return self.num_points, self.bbox_min.copy(), self.bbox_max.copy(), self.xyz_sum.copy()
 
     def finish(self) -> None:
         """Write the final counts into both headers; the files are renamed into place on exit."""

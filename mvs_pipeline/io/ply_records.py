@@ -133,6 +133,15 @@ def records_to_cloud(raw, dtype: np.dtype):
     return PointCloud(xyz=xyz, normals=normals, colors=colors, extra=extra)
 
 
+def read_cloud_to_device(path: str | os.PathLike, layout: VertexLayout):
+    """PointCloud with CuPy arrays of a PLY whose vertex records have the fixed layout `layout`
+    (read_layout): the records are streamed up (io/device_io.py) and split into columns on the GPU."""
+    from .device_io import read_to_device  # noqa: PLC0415
+
+    raw = read_to_device(path, layout.offset, layout.count * layout.dtype.itemsize)
+    return records_to_cloud(raw.reshape(layout.count, layout.dtype.itemsize), layout.dtype)
+
+
 def cloud_columns(cloud) -> list[tuple[str, object]]:
     """(property name, [N] column) of a PointCloud in write order: xyz, normals, colours, extras."""
     cols = [(a, cloud.xyz[:, i]) for i, a in enumerate("xyz")]

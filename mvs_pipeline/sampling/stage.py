@@ -36,7 +36,7 @@ from ..errors import MVSError
 from ..io.atomic import atomic_path
 from ..io.cloud_preview import write_cloud_preview
 from ..io.ply import PointCloud, read_ply, write_ply
-from ..io.ply_records import read_layout, records_to_cloud
+from ..io.ply_records import read_layout
 from .params import SamplingConfig
 from .points.device_cloud import take, to_host_cloud
 from .points.validate import array_module, to_host
@@ -174,10 +174,9 @@ def _read(path: Path, backend: str) -> PointCloud:
     layout = read_layout(path) if path.is_file() else None
     if not _on_gpu(backend, path, layout):
         return read_ply(path)
-    from ..io.device_io import read_to_device  # noqa: PLC0415
+    from ..io.ply_records import read_cloud_to_device  # noqa: PLC0415
 
-    raw = read_to_device(path, layout.offset, layout.count * layout.dtype.itemsize)
-    return records_to_cloud(raw.reshape(layout.count, layout.dtype.itemsize), layout.dtype)
+    return read_cloud_to_device(path, layout)
 
 
 def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = False,

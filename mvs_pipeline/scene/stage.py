@@ -49,10 +49,14 @@ def _image_problem(view) -> str | None:
     return None
 
 
+MAX_CHECK_THREADS = 32  # image decoding threads of the load stage's check
+
+
 def check_images(scene: Scene, progress: bool = True) -> None:
     """Every image exists, decodes completely and has its camera's size (names the file)."""
-    # PIL decodes with the GIL released: threads overlap the decoding of many images.
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    # PIL decodes with the GIL released: threads overlap the decoding of many images. One per core:
+    # with 8 on a 16-core machine, 40 PNGs of 3200x2130 took 3.8 s.
+    with ThreadPoolExecutor(max_workers=min(MAX_CHECK_THREADS, os.cpu_count() or 1)) as pool:
         found = list(tqdm(pool.map(_image_problem, scene.views), total=scene.num_views, desc="check images",
                           unit="img", disable=not progress, leave=False))
     problems = [p for p in found if p is not None]

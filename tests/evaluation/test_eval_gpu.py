@@ -136,3 +136,31 @@ def test_launcher_checks_arguments(cupy):
         nearest_dist2_cuda(np.zeros((4, 3)), cupy.zeros((4, 3), cupy.float32), 0.1)
     with pytest.raises(ValueError, match="C-contiguous"):
         nearest_dist2_cuda(cupy.zeros((3, 4))[:, :3], cupy.zeros((4, 3), cupy.float32), 0.1)
+
+
+def test_a_cloud_read_onto_the_gpu_scores_as_the_host_copy(cupy, tmp_path):
+    """The evaluate stage reads clouds straight to the GPU (load_reconstruction(on_device=True));
+    the points, the non-finite rows dropped and the scores must be those of the host path."""
+    from mvs_pipeline.evaluation.eth3d import load_reconstruction
+    from mvs_pipeline.io.fused_ply import FusedCloudWriter
+
+    scans, _, _ = room_scene(100000, n_scans=2, seed=7)
+    gt = np.concatenate([s.points_in_world() for s in scans])
+    recon = perturbed_reconstruction(gt, 60000, seed=7, noise=0.01).astype(np.float32)
+    recon[[5, 77, 901]] = [[np.nan, 0, 0], [0, np.inf, 0], [0, 0, -np.inf]]
+    ply = tmp_path / "fused.ply"
+    with FusedCloudWriter(ply, tmp_path / "fused.ply.vis") as w:
+        n = len(recon)
+        w.append(recon, np.zeros((n, 3), np.float32), np.zeros((n, 3), np.uint8), np.ones(n, np.uint8),
+                 np.tile(np.uint32([1, 0]), n))
+        w.finish()
+    on_gpu, notes_gpu = load_reconstruction(ply, on_device=True)
+    on_host, notes_host = load_reconstruction(ply)
+    assert isinstance(on_gpu, cupy.ndarray) and isinstance(on_host, np.ndarray) and notes_gpu == notes_host == []
+    np.testing.assert_array_equal(on_gpu.get(), on_host)
+    a = evaluate_eth3d(on_gpu, scans, TOL, backend="cuda")
+    b = evaluate_eth3d(on_host, scans, TOL, backend="cpu")
+    assert a["notes"] == b["notes"] == ["3 non-finite reconstruction point(s) dropped"]
+    assert a["num_reconstruction_points"] == b["num_reconstruction_points"] == 60000 - 3
+    for k in ("accuracy", "completeness", "f1"):
+        np.testing.assert_allclose(a[k], b[k], atol=1e-9, err_msg=k)

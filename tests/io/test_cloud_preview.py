@@ -84,3 +84,34 @@ def test_gpu_preview_from_device_arrays(tmp_path, cupy):
     from_file = _preview_arrays(ply)
     write_cloud_preview(ply, cloud=PointCloud(xyz=cupy.asarray(xyz), colors=cupy.asarray(colors)))
     _check_same_preview(_preview_arrays(ply), from_file)
+
+
+def test_preview_from_a_streamed_writers_totals_equals_the_one_read_back(tmp_path):
+    """Fusion streams its cloud in chunks and hands the preview the writer's running statistics;
+    they must be the file's own (bbox exact, centroid to float64 rounding), including empty chunks."""
+    from mvs_pipeline.io.fused_ply import FusedCloudWriter
+
+    rng = np.random.default_rng(9)
+    ply, vis = tmp_path / "fused.ply", tmp_path / "fused.ply.vis"
+    with FusedCloudWriter(ply, vis) as w:
+        for p in (700, 0, 1300, 1):
+            xyz = (rng.normal(size=(p, 3)) * 4 + [-250.0, 1e5, 7.0]).astype(np.float32)
+            normal = np.tile(np.float32([0, 0, 1]), (p, 1))
+            color = rng.integers(0, 256, (p, 3)).astype(np.uint8)
+            w.append(xyz, normal, color, np.full(p, 2, np.uint8), np.tile(np.uint32([1, 0]), p))
+        w.finish()
+        totals = w.totals()
+    assert totals[0] == 2001
+    write_cloud_preview(ply, max_points=300)
+    from_file = read_cloud_preview(ply)
+    os.remove(preview_path(ply))
+    write_cloud_preview(ply, max_points=300, totals=totals)
+    from_totals = read_cloud_preview(ply)
+    assert from_totals["points"] == from_file["points"] == 2001
+    np.testing.assert_array_equal(from_totals["bbox_min"], from_file["bbox_min"])
+    np.testing.assert_array_equal(from_totals["bbox_max"], from_file["bbox_max"])
+    np.testing.assert_allclose(from_totals["centroid"], from_file["centroid"], rtol=1e-13)
+    np.testing.assert_array_equal(from_totals["xyz"], from_file["xyz"])
+    np.testing.assert_array_equal(from_totals["rgb"], from_file["rgb"])
+    with pytest.raises(Exception, match="writer counted"):
+        write_cloud_preview(ply, totals=(5, *totals[1:]))

@@ -10,18 +10,20 @@ from mvs_pipeline.errors import MVSError
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("chunk", [1000, 4096, 1 << 20])
-def test_gpu_read_and_write_through_chunks(tmp_path, cupy, chunk):
+@pytest.mark.parametrize("threads", [1, 3, None])
+def test_gpu_read_and_write_through_chunks(tmp_path, cupy, chunk, threads):
     from mvs_pipeline.io.device_io import read_to_device, write_from_device
 
     data = np.random.default_rng(chunk).integers(0, 256, 123_457, dtype=np.uint8)
     path = tmp_path / "d.bin"
     path.write_bytes(b"HEADER" + data.tobytes())
-    got = read_to_device(path, 6, data.size, chunk_bytes=chunk)
+    got = read_to_device(path, 6, data.size, chunk_bytes=chunk, threads=threads)
     assert isinstance(got, cupy.ndarray)
     np.testing.assert_array_equal(got.get(), data)
-    np.testing.assert_array_equal(read_to_device(path, 6 + 500, 777, chunk_bytes=chunk).get(), data[500:1277])
+    np.testing.assert_array_equal(read_to_device(path, 6 + 500, 777, chunk_bytes=chunk, threads=threads).get(),
+                                  data[500:1277])
     with pytest.raises(MVSError, match="early"):
-        read_to_device(path, 6, data.size + 1, chunk_bytes=chunk)
+        read_to_device(path, 6, data.size + 1, chunk_bytes=chunk, threads=threads)
     out = tmp_path / "o.bin"
     doubled = cupy.asarray(data) * 2  # made by a kernel just before: the copies are ordered after it
     with open(out, "wb") as f:
