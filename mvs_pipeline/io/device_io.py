@@ -8,9 +8,9 @@ Why: a pageable copy of fused.ply's body (1.4 GB at 50 M points) goes file -> fr
 pinned chunk while the previous chunk is copied to the GPU asynchronously, so reading and the
 PCIe copy overlap and no host array of the whole body exists; a few threads read disjoint chunks
 at once, each on its own stream, and the result is ready when the call returns. The way back
-overlaps the download of one chunk with the file write of the previous one on CuPy's current
-stream, so it is ordered after the kernels that made `data`. The copies are MemoryPointer's async
-copies (stable across CuPy versions, unlike ndarray.get's `blocking`).
+likewise: threads download disjoint chunks (after the current stream's kernels that made `data`)
+and write each at its place in the file while the next one downloads. The copies are
+MemoryPointer's async copies (stable across CuPy versions, unlike ndarray.get's `blocking`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..errors import MVSError
 
 CHUNK_BYTES = 32 << 20
 READ_THREADS = 4  # concurrent chunk readers of read_to_device
+WRITE_THREADS = 4  # concurrent chunk writers of write_from_device
 
 
 def _pinned(cupy, nbytes: int) -> np.ndarray:
@@ -96,8 +97,14 @@ def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_byte
     return out
 
 
-def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES) -> None:
-    """Write contiguous cupy uint8 `data` to the open binary file `f`."""
+def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | None = None,
+                      sync_bytes: int | None = None) -> None:
+    """Write contiguous cupy uint8 `data` to the open binary file `f` at its position (which is
+    left after the data). `threads` (default: up to WRITE_THREADS, one per 4 chunks) download and
+    write disjoint runs of chunks, each through its own pinned buffers and stream: one thread
+    wrote ~1.5 GB/s into the page cache (H100 machine). `sync_bytes`: flush the file to disk
+    (fdatasync) after about that many bytes, so that the disk works while the rest is written
+    and a final fsync (io/atomic.py) has little left to wait for."""
     import cupy  # noqa: PLC0415
 
     if data.dtype != cupy.uint8 or not data.flags.c_contiguous:
@@ -106,18 +113,56 @@ def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES) -> None:
     n = int(flat.size)
     if n == 0:
         return
+    f.flush()
+    base = f.tell()
     chunk = max(1, min(chunk_bytes, n))
-    bufs = [_pinned(cupy, chunk) for _ in range(2)]
-    stream = cupy.cuda.get_current_stream()
-    pending = None  # (buffer, bytes, event) copied but not yet written
-    for k, pos in enumerate(range(0, n, chunk)):
-        count = min(chunk, n - pos)
-        buf = bufs[k % 2]  # written to the file two steps ago (f.write returned): free
-        (flat.data + pos).copy_to_host_async(_address(buf), count, stream)
-        event = stream.record()
-        if pending is not None:
-            pending[2].synchronize()
-            f.write(memoryview(pending[0])[:pending[1]])
-        pending = (buf, count, event)
-    pending[2].synchronize()
-    f.write(memoryview(pending[0])[:pending[1]])
+    starts = list(range(0, n, chunk))
+    n_threads = max(1, min(threads or WRITE_THREADS, (len(starts) + 3) // 4))
+    # the writers' own streams must see every kernel that made `data`
+    cupy.cuda.get_current_stream().synchronize()
+    device = cupy.cuda.Device().id
+    fd = f.fileno()
+
+    sync_share = sync_bytes // n_threads if sync_bytes else None
+
+    def write_run(run: list[int]) -> None:
+        unsynced = 0
+
+        def put(buf, pos: int, count: int) -> None:
+            nonlocal unsynced
+            _pwrite_full(fd, memoryview(buf)[:count], base + pos)
+            unsynced += count
+            if sync_share and unsynced >= sync_share:
+                os.fdatasync(fd)  # the whole file's dirty pages, the other threads' included
+                unsynced = 0
+
+        with cupy.cuda.Device(device):
+            stream = cupy.cuda.Stream(non_blocking=True)
+            bufs = [_pinned(cupy, chunk) for _ in range(2)]
+            pending = None  # (buffer, position, bytes, event) copied but not yet written
+            for k, pos in enumerate(run):
+                count = min(chunk, n - pos)
+                buf = bufs[k % 2]  # written to the file two steps ago (pwrite returned): free
+                (flat.data + pos).copy_to_host_async(_address(buf), count, stream)
+                event = stream.record()
+                if pending is not None:
+                    pending[3].synchronize()
+                    put(pending[0], pending[1], pending[2])
+                pending = (buf, pos, count, event)
+            pending[3].synchronize()
+            put(pending[0], pending[1], pending[2])
+
+    runs = [starts[k::n_threads] for k in range(n_threads)]
+    if n_threads == 1:
+        write_run(runs[0])
+    else:
+        with ThreadPoolExecutor(max_workers=n_threads) as pool:
+            for fut in [pool.submit(write_run, run) for run in runs]:
+                fut.result()
+    f.seek(base + n)
+
+
+def _pwrite_full(fd: int, view: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)

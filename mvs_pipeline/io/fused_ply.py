@@ -31,6 +31,10 @@ _PLY_TYPES = {"<f4": "float", "|u1": "uchar"}
 
 
 HEADER_BYTES = 512  # fixed length of the PLY header (padding lives in a comment line)
+# Both files are flushed to disk (fdatasync) every SYNC_BYTES appended, so the disk works while
+# fusion runs: a 64 M-point cloud (3.3 GB with its .vis) otherwise waited ~1.4 s for the final
+# fsync of io/atomic.py at the end of the stage (H100 machine).
+SYNC_BYTES = 256 << 20
 
 
 def ply_header(num_points: int) -> bytes:
@@ -91,6 +95,7 @@ class FusedCloudWriter:
         self.bbox_min = np.full(3, np.inf)
         self.bbox_max = np.full(3, -np.inf)
         self.xyz_sum = np.zeros(3)
+        self._unsynced = 0  # bytes appended since the files were last flushed to disk
 
     def __enter__(self) -> "FusedCloudWriter":
         try:
@@ -116,12 +121,21 @@ class FusedCloudWriter:
         part, writing must keep the chunks' order)."""
         # file.write, not ndarray.tofile: tofile reports a full disk without its errno. Each error
         # names its own file (both temporaries are open at once; atomic_path cannot tell which).
-        for f, target, data in ((self._ply_f, self.ply_path, chunk.records),
-                                (self._vis_f, self.vis_path, chunk.vis_words)):
+        files = ((self._ply_f, self.ply_path, chunk.records), (self._vis_f, self.vis_path, chunk.vis_words))
+        for f, target, data in files:
             try:
                 f.write(memoryview(data.view(np.uint8)))
             except OSError as exc:
                 raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        self._unsynced += chunk.records.nbytes + chunk.vis_words.nbytes
+        if self._unsynced >= SYNC_BYTES:
+            for f, target, _ in files:
+                try:
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                except OSError as exc:
+                    raise OSError(exc.errno, exc.strerror, str(target)) from exc
+            self._unsynced = 0
         p = len(chunk.records)
         if p:
             self.bbox_min = np.minimum(self.bbox_min, chunk.bbox_min)

@@ -194,6 +194,9 @@ def header(dtype: np.dtype, count: int) -> bytes:
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
+SYNC_BYTES = 256 << 20  # a large body is flushed to disk while it is written (io/device_io.py)
+
+
 def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
     """Write a binary PLY of `body` atomically: host [N] records of `dtype` or [N, R] uint8, or
     CuPy [N, R] uint8 (downloaded in chunks while they are written, io/device_io.py)."""
@@ -208,6 +211,6 @@ def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
         if on_gpu:
             from .device_io import write_from_device  # noqa: PLC0415
 
-            write_from_device(f, body)
+            write_from_device(f, body, sync_bytes=SYNC_BYTES)
         else:
             f.write(memoryview(body.reshape(-1).view(np.uint8)))

@@ -133,6 +133,36 @@ def test_stage_writes_ply_and_vis(tmp_path):
     assert record["counts"]["points"] == n and record["config"]["max_reproj_error"] == 2.0
 
 
+def test_stage_output_does_not_depend_on_packing_threads_or_disk_flushes(tmp_path, monkeypatch):
+    """Chunks are packed in a thread pool and written in order, with the files flushed to disk
+    every SYNC_BYTES: the bytes are those of one packing thread that never flushes, and the
+    preview's statistics (the writer's running totals) are those of the file."""
+    from mvs_pipeline.fusion import stage as fusion_mod
+    from mvs_pipeline.io import fused_ply
+    from mvs_pipeline.io.cloud_preview import read_cloud_preview
+
+    scene, sel, _ = plane_workspace(tmp_path, n=6)
+    monkeypatch.setattr(fusion_mod, "MAX_PACK_THREADS", 1)
+    monkeypatch.setattr(fused_ply, "SYNC_BYTES", 1 << 40)
+    run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
+    ply, vis = tmp_path / "fused.ply", tmp_path / "fused.ply.vis"
+    one = (ply.read_bytes(), vis.read_bytes())
+    flushes = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: flushes.append(fd) or real_fdatasync(fd))
+    monkeypatch.setattr(fusion_mod, "MAX_PACK_THREADS", 4)
+    monkeypatch.setattr(fused_ply, "SYNC_BYTES", 3000)
+    run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False, overwrite=True)
+    assert (ply.read_bytes(), vis.read_bytes()) == one
+    assert len(flushes) >= 4  # two files, flushed more than once
+    preview = read_cloud_preview(ply)
+    xyz = read_ply(ply).xyz.astype(np.float64)
+    assert preview["points"] == len(xyz) > 0
+    np.testing.assert_array_equal(preview["bbox_min"], xyz.min(0))
+    np.testing.assert_array_equal(preview["bbox_max"], xyz.max(0))
+    np.testing.assert_allclose(preview["centroid"], xyz.mean(0), rtol=1e-12, atol=1e-12)
+
+
 def test_colmap_reads_our_fused_ply(tmp_path):
     """COLMAP's own PLY reader (Reconstruction.import_PLY -> ReadPly) accepts the extra `support`
     property and the padded header, and reads the same positions and colours."""

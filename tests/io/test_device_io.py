@@ -28,5 +28,6 @@ def test_gpu_read_and_write_through_chunks(tmp_path, cupy, chunk, threads):
     doubled = cupy.asarray(data) * 2  # made by a kernel just before: the copies are ordered after it
     with open(out, "wb") as f:
         f.write(b"H")
-        write_from_device(f, doubled.reshape(-1, 1), chunk_bytes=chunk)
-    assert out.read_bytes() == b"H" + (data * 2).tobytes()
+        write_from_device(f, doubled.reshape(-1, 1), chunk_bytes=chunk, threads=threads)
+        f.write(b"T")  # the file position is left after the data
+    assert out.read_bytes() == b"H" + (data * 2).tobytes() + b"T"
