@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from ..arrays import column_bounds
 from ..gpu.checks import check_array
 from ..gpu.loader import get_kernel, import_cupy
 from .sphere_grid import ANGLE_SLACK, grid_shape, scan_from_world
@@ -125,8 +126,9 @@ def nearest_dist2_levels(xp, queries, points, max_dist: float, h0: float | None,
     out = xp.full(q, xp.inf, dtype=xp.float64)
     if q == 0 or n == 0:
         return out
-    lo = np.asarray(points.min(axis=0).tolist(), dtype=np.float64)
-    hi = np.asarray(points.max(axis=0).tolist(), dtype=np.float64)
+    p_lo, p_hi = column_bounds(points)
+    lo = np.asarray(p_lo.tolist(), dtype=np.float64)
+    hi = np.asarray(p_hi.tolist(), dtype=np.float64)
     h = float(h0) if h0 else max(max_dist / 16.0, 1e-6)
     pending = xp.arange(q, dtype=xp.int64)
     work = xp.full(q, -1.0, dtype=xp.float64)

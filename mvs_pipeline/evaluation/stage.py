@@ -90,12 +90,14 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     if cfg.depth_metrics:
         gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
         if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
-            def depth_work() -> None:
+            def compare_depth_maps() -> None:
                 depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
                                             error_images=cfg.error_images, preview_views=cfg.report_max_views,
                                             backend=backend)
                 atomic_write_text(eval_dir / "depth.json", to_json(depth))
                 summary["depth"] = depth["overall"]
+
+            depth_work = compare_depth_maps
 
     # The depth maps are compared while the first cloud is read (issue 21: at 40 x 3200x2130 the
     # maps took 2.3 s and each cloud ~1 s to read on the H100 machine). Not while clouds are

@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..arrays import column_bounds
+
 GRID_SHIFTS = (0.0, 0.5)  # in voxels, same shift on x, y, z
 
 
@@ -53,8 +55,9 @@ def cell_ids(xp, xyz, voxel_size: float, shift: float):
     if n == 0:
         return xp.zeros(0, dtype=xp.int64), 0
     c = cell_coords(xp, xyz, voxel_size, shift)
-    c = c - c.min(axis=0)
-    span = (c.max(axis=0) + 1).astype(xp.int64)
+    c_lo, c_hi = column_bounds(c)
+    c = c - c_lo
+    span = (c_hi - c_lo + 1).astype(xp.int64)
     sx, sy, sz = (int(v) for v in (span.get() if hasattr(span, "get") else span))
     if sx * sy * sz < 2**62:  # pack into one int64 key: one 1-D sort instead of a row sort
         key = (c[:, 2] * sy + c[:, 1]) * sx + c[:, 0]
@@ -152,8 +155,9 @@ def _grid_counts(xp, xyz, dist2, tol2, front, voxel_size: float, shift: float):
         counts = cell_code_counts_cpu(xyz, voxel_size, shift, dist2, tol2, front)
     else:
         scaled = _scaled(xp, xyz, voxel_size, shift)
-        lo = np.floor(_to_numpy(scaled.min(axis=0)).astype(np.float64)).astype(np.int64)
-        hi = np.floor(_to_numpy(scaled.max(axis=0)).astype(np.float64)).astype(np.int64)
+        s_lo, s_hi = column_bounds(scaled)
+        lo = np.floor(_to_numpy(s_lo).astype(np.float64)).astype(np.int64)
+        hi = np.floor(_to_numpy(s_hi).astype(np.float64)).astype(np.int64)
         span = hi - lo + 1
         counts = None
         if float(span[0]) * float(span[1]) * float(span[2]) < MAX_KEY_SPAN:

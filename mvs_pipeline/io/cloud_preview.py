@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arrays import column_bounds, column_sums
 from ..errors import MVSError
 from .atomic import atomic_path
 
@@ -100,9 +101,11 @@ def _stats_from_arrays(xyz, colors, max_points: int, seed: int):
     """The same statistics as _stats_from_file from xyz [N, 3] and colors [N, 3] uint8 or None."""
     xp = _xp(xyz)
     n = int(xyz.shape[0])
-    lo = _host(xyz.min(axis=0)).astype(np.float64) if n else np.full(3, np.inf)
-    hi = _host(xyz.max(axis=0)).astype(np.float64) if n else np.full(3, -np.inf)
-    total = _host(xyz.sum(axis=0, dtype=xp.float64)).astype(np.float64)
+    if n:
+        lo, hi = (_host(b).astype(np.float64) for b in column_bounds(xyz))
+    else:
+        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    total = _host(column_sums(xyz, dtype=xp.float64)).astype(np.float64)
     keep = xp.asarray(_pick(n, max_points, seed))
     picked = _host(xyz[keep]).astype(np.float64)
     rgb = _host(colors[keep]).astype(np.uint8) if colors is not None else np.zeros((0, 3), np.uint8)

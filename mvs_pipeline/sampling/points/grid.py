@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mvs_pipeline.arrays import column_bounds
+
 from .validate import array_module, to_host
 
 DEFAULT_POINTS_PER_CELL = 4.0
@@ -46,8 +48,7 @@ def _occupied_cells(known, lo: np.ndarray, cell: float, dims: np.ndarray) -> int
 def choose_grid(known, points_per_cell: float = DEFAULT_POINTS_PER_CELL,
                 max_cells: int = DEFAULT_MAX_CELLS) -> GridSpec:
     """GridSpec for known [M, 3] float32 (NumPy or CuPy, M >= 1)."""
-    lo = to_host(known.min(axis=0)).astype(np.float64)
-    hi = to_host(known.max(axis=0)).astype(np.float64)
+    lo, hi = (to_host(b).astype(np.float64) for b in column_bounds(known))
     extent = hi - lo
     span = float(extent.max())
     m = int(known.shape[0])

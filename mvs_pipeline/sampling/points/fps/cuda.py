@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mvs_pipeline.arrays import column_bounds
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy
 
@@ -196,8 +197,8 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
                        f"({threads} threads, {shared} B shared); all blocks must be resident at once")
 
     # Spatial sort: Morton codes in the bounding cube, radix sort, float4 gather.
-    lo = cupy.asnumpy(xyz.min(axis=0)).astype(np.float64)
-    extent = float((cupy.asnumpy(xyz.max(axis=0)).astype(np.float64) - lo).max())
+    lo, hi = (cupy.asnumpy(b).astype(np.float64) for b in column_bounds(xyz))
+    extent = float((hi - lo).max())
     scale = 2097151.0 / extent if extent > 0 else 0.0
     codes = cupy.empty(n, dtype=cupy.uint64)
     get_kernel(_CU, "fps_morton_codes", _OPTIONS)(

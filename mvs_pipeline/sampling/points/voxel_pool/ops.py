@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mvs_pipeline.arrays import column_bounds
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
 from mvs_pipeline.io.ply import PointCloud
@@ -130,8 +131,7 @@ def _pool(pts, feats, voxel_size: float, origin, backend: str) -> _Pooled:
     """Sort pts [N, 3] float32 (checked, NumPy or CuPy) by voxel and average [pts | feats [N, C]]
     per voxel, on the arrays' own module with `backend`'s reduction ("cuda" or "cpu")."""
     xp = array_module(pts)
-    lo = to_host(pts.min(axis=0)).astype(np.float64)
-    hi = to_host(pts.max(axis=0)).astype(np.float64)
+    lo, hi = (to_host(b).astype(np.float64) for b in column_bounds(pts))
     origin = lo if origin is None else np.asarray(origin, dtype=np.float64)
     if origin.shape != (3,) or np.any(origin > lo):
         raise MVSError(f"origin must be 3 numbers at or below the cloud's minimum corner {lo.tolist()}")

@@ -1,0 +1,43 @@
+"""Per-column reductions of [N, K] point arrays (NumPy or CuPy) that stay fast on the GPU.
+
+    lo, hi = column_bounds(xyz)        # [K] each, on xyz's module, xyz's dtype
+    total = column_sums(xyz, dtype)    # [K]
+
+CuPy reduces `xyz.min(axis=0)` of a [65 M, 3] float32 array in 0.10 s on an H100: with three
+outputs, its reduction kernel spreads the work over three thread blocks. Copied to [K, N]
+first, each column is one full reduction over all the SMs: the copy and the three reductions take
+1.4 ms (H100 machine, session 11). Min and max are exact either way; a float sum adds in another
+order, so its last bits may differ from `xyz.sum(axis=0)`. NumPy arrays are reduced as before.
+"""
+
+from __future__ import annotations
+
+
+def _is_cupy(a) -> bool:
+    return type(a).__module__.startswith("cupy")
+
+
+def _rows(a):
+    """[K, N] contiguous copy of a CuPy [N, K] array (one row per column)."""
+    import cupy  # noqa: PLC0415 (only for CuPy inputs)
+
+    return cupy.ascontiguousarray(a.T)
+
+
+def column_bounds(a):
+    """(min [K], max [K]) of a [N >= 1, K] array, on its module and in its dtype."""
+    if not _is_cupy(a):
+        return a.min(axis=0), a.max(axis=0)
+    import cupy  # noqa: PLC0415
+
+    rows = _rows(a)
+    return cupy.stack([r.min() for r in rows]), cupy.stack([r.max() for r in rows])
+
+
+def column_sums(a, dtype=None):
+    """[K] sums of the columns of a [N, K] array (accumulated in `dtype`), on its module."""
+    if not _is_cupy(a):
+        return a.sum(axis=0, dtype=dtype)
+    import cupy  # noqa: PLC0415
+
+    return cupy.stack([r.sum(dtype=dtype) for r in _rows(a)])
