@@ -7,7 +7,11 @@ For each scene (made with `mvs-pipeline synth` unless it exists) the run is time
   nvrtc  cold and without precompiled kernels: what NVRTC compilation costs;
   installed  a fresh CuPy cache that `mvs-pipeline doctor --warm-up` filled first,
          as scripts/setup_env.sh does on a GPU machine (the warm-up's own time is printed);
-  warm   the same command again with --overwrite (every stage recomputed, caches warm).
+  warm   the same command again with --overwrite (every stage recomputed, caches warm); the
+         stages that are redone first remove the previous run's outputs (1.5-3 GB files at
+         ETH3D size), which this mode pays;
+  fresh  warm caches, into an output folder emptied before the timing starts (a first run on a
+         machine that has run before).
 Each row: wall (measured here), the stages' sum and the time outside them (run.json), GPU
 memory peak, F1 of fused.ply at 2 cm. Scenes: VIEWSxWIDTHxHEIGHT.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,7 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_e2e")
     ap.add_argument("--modes", default="cold,warm", help="comma-separated, run in this order: nvrtc, cold, "
-                    "installed, warm (default: %(default)s)")
+                    "installed, warm, fresh (default: %(default)s)")
     ap.add_argument("--args", default="", help="extra arguments for `run` (e.g. '--set backend=cpu')")
     ap.add_argument("--no-gt", action="store_true", help="run without the evaluate stage (issue #15's "
                     "timings are of `run` on a workspace without ground truth)")
@@ -92,6 +97,8 @@ def main(argv=None) -> int:
             if mode == "nvrtc":
                 env["MVS_PIPELINE_KERNEL_DIR"] = tempfile.mkdtemp(prefix="no_kernels_")
             out = args.root / f"{name}_out"
+            if mode == "fresh":
+                shutil.rmtree(out, ignore_errors=True)
             wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *run_args, env=env)
             rows.append(record(out, wall, mode if not args.no_gt else f"{mode} (no GT)", name))
             r = rows[-1]

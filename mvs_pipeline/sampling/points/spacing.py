@@ -29,7 +29,7 @@ def median_nn_distance(xyz: np.ndarray) -> float:
     from scipy.spatial import cKDTree  # noqa: PLC0415
 
     pts = np.asarray(xyz, dtype=np.float64)
-    dist, _ = cKDTree(pts).query(pts, k=2)  # column 0 is the point itself
+    dist, _ = cKDTree(pts).query(pts, k=2, workers=-1)  # column 0 is the point itself; all cores
     return float(np.median(dist[:, 1]))
 
 
