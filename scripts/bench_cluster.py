@@ -150,6 +150,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="load,views,depth", help="the run's --stages (fusion adds the cloud check)")
     ap.add_argument("--gpu-stats", action="store_true", help="sample nvidia-smi during each mode")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="(GPU) run `mvs-pipeline doctor --warm-up` first, so that the first mode does not fill CuPy's "
+                         "kernel cache (on a fresh machine that cost `none` 7 s of its depth stage, session 11)")
     ap.add_argument("--discard", action="store_true",
                     help="delete each mode's maps once compared (runs on a small tmpfs such as /dev/shm)")
     args = ap.parse_args(argv)
@@ -159,6 +162,8 @@ def main(argv=None) -> int:
         mvs("synth", "--scene", args.scene, "--out", str(scene), "--views", str(args.views), "--width",
             str(args.width), "--height", str(args.height), "--no-scans")
     sets = [a for kv in args.overrides for a in ("--set", kv)]
+    if args.warm_up:
+        print(f"warm-up: {mvs('-q', 'doctor', '--warm-up'):.1f} s", flush=True)
     rows, reference, clouds = [], {}, {}
     gpus = None
     print(f"load average before: {os.getloadavg()}")
