@@ -50,6 +50,24 @@ def _pread_full(fd: int, view: memoryview, offset: int) -> int:
     return got
 
 
+def _chunk_runs(nbytes: int, chunk: int, max_threads: int) -> list[list[int]]:
+    """The chunks' start offsets dealt round-robin into runs, one run per thread: up to
+    max_threads, and at least 4 chunks a run (a thread costs its own pinned buffers and stream)."""
+    starts = list(range(0, nbytes, chunk))
+    n_threads = max(1, min(max_threads, (len(starts) + 3) // 4))
+    return [starts[k::n_threads] for k in range(n_threads)]
+
+
+def _run_each(work, runs: list[list[int]]) -> None:
+    """work(run) for every run, in threads when there are several; re-raises the first error."""
+    if len(runs) == 1:
+        work(runs[0])
+        return
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        for fut in [pool.submit(work, run) for run in runs]:
+            fut.result()
+
+
 def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_bytes: int = CHUNK_BYTES,
                    threads: int | None = None):
     """cupy uint8 [nbytes]: bytes offset .. offset + nbytes of the file.
@@ -63,13 +81,11 @@ def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_byte
     if nbytes == 0:
         return out
     chunk = max(1, min(chunk_bytes, nbytes))
-    starts = list(range(0, nbytes, chunk))
-    n_threads = max(1, min(threads or READ_THREADS, (len(starts) + 3) // 4))
+    runs = _chunk_runs(nbytes, chunk, threads or READ_THREADS)
     # `out` may reuse memory that kernels still queued on the current stream use: the readers'
     # own streams must not write into it before those finish.
     cupy.cuda.get_current_stream().synchronize()
     device = cupy.cuda.Device().id
-    runs = [starts[k::n_threads] for k in range(n_threads)]
 
     def read_run(run: list[int]) -> None:
         with cupy.cuda.Device(device), open(path, "rb", buffering=0) as f:
@@ -88,12 +104,7 @@ def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_byte
                 done[k % 2] = stream.record()
             stream.synchronize()  # the pinned buffers go back to CuPy's pool when this returns
 
-    if n_threads == 1:
-        read_run(runs[0])
-    else:
-        with ThreadPoolExecutor(max_workers=n_threads) as pool:
-            for fut in [pool.submit(read_run, run) for run in runs]:
-                fut.result()
+    _run_each(read_run, runs)
     return out
 
 
@@ -116,14 +127,12 @@ def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | No
     f.flush()
     base = f.tell()
     chunk = max(1, min(chunk_bytes, n))
-    starts = list(range(0, n, chunk))
-    n_threads = max(1, min(threads or WRITE_THREADS, (len(starts) + 3) // 4))
+    runs = _chunk_runs(n, chunk, threads or WRITE_THREADS)
     # the writers' own streams must see every kernel that made `data`
     cupy.cuda.get_current_stream().synchronize()
     device = cupy.cuda.Device().id
     fd = f.fileno()
-
-    sync_share = sync_bytes // n_threads if sync_bytes else None
+    sync_share = sync_bytes // len(runs) if sync_bytes else None
 
     def write_run(run: list[int]) -> None:
         unsynced = 0
@@ -152,13 +161,7 @@ def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | No
             pending[3].synchronize()
             put(pending[0], pending[1], pending[2])
 
-    runs = [starts[k::n_threads] for k in range(n_threads)]
-    if n_threads == 1:
-        write_run(runs[0])
-    else:
-        with ThreadPoolExecutor(max_workers=n_threads) as pool:
-            for fut in [pool.submit(write_run, run) for run in runs]:
-                fut.result()
+    _run_each(write_run, runs)
     f.seek(base + n)
 
 
