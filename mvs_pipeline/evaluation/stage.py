@@ -111,6 +111,28 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     return summary
 
 
+def _clouds_to_score(cfg, out_dir: Path, gt_mlp: Path | None, overwrite: bool) -> list[tuple[str, Path, dict]]:
+    """(cloud, ply, inputs) of each of cfg.clouds that exists and has no current score."""
+    if gt_mlp is None:
+        log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
+        return []
+    settings = {"tolerances": list(cfg.tolerances), "voxel_size": cfg.voxel_size,
+                "beam_start_radius": cfg.beam_start_radius, "beam_divergence_deg": cfg.beam_divergence_deg}
+    todo = []
+    for cloud in cfg.clouds:
+        ply = out_dir / f"{cloud}.ply"
+        if not ply.is_file():
+            log.info("evaluate: %s not found, skipped", ply)
+            continue
+        inputs = {"cloud": _stamp(ply), "gt": _stamp(gt_mlp), **settings}
+        json_path = out_dir / "eval" / f"eth3d_{cloud}.json"
+        if not overwrite and _reusable(json_path, inputs):
+            log.info("evaluate: %s is up to date", json_path)
+            continue
+        todo.append((cloud, ply, inputs))
+    return todo
+
+
 def _score_clouds(cfg, out_dir: Path, gt_mlp: Path | None, backend: str, overwrite: bool, on_device: bool,
                   meanwhile=None) -> dict:
     """ETH3D scores of each of cfg.clouds that is out of date, {cloud: result}; the next cloud is read
@@ -120,34 +142,15 @@ def _score_clouds(cfg, out_dir: Path, gt_mlp: Path | None, backend: str, overwri
     from .eval_clouds import write_accuracy_clouds, write_completeness_clouds  # noqa: PLC0415
     from .mlp import load_scans  # noqa: PLC0415
 
-    if gt_mlp is None:
-        log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
-        if meanwhile is not None:
-            meanwhile()
-        return {}
     eval_dir = out_dir / "eval"
-    settings = {"tolerances": list(cfg.tolerances), "voxel_size": cfg.voxel_size,
-                "beam_start_radius": cfg.beam_start_radius, "beam_divergence_deg": cfg.beam_divergence_deg}
-    todo = []  # (cloud, ply, inputs)
-    for cloud in cfg.clouds:
-        ply = out_dir / f"{cloud}.ply"
-        if not ply.is_file():
-            log.info("evaluate: %s not found, skipped", ply)
-            continue
-        inputs = {"cloud": _stamp(ply), "gt": _stamp(gt_mlp), **settings}
-        if not overwrite and _reusable(eval_dir / f"eth3d_{cloud}.json", inputs):
-            log.info("evaluate: %s is up to date", eval_dir / f"eth3d_{cloud}.json")
-            continue
-        todo.append((cloud, ply, inputs))
+    todo = _clouds_to_score(cfg, out_dir, gt_mlp, overwrite)
     results: dict = {}
-    if not todo:
-        if meanwhile is not None:
-            meanwhile()
-        return results
     with ThreadPoolExecutor(max_workers=1) as reader:
-        loading = reader.submit(load_reconstruction, todo[0][1], on_device)
+        loading = reader.submit(load_reconstruction, todo[0][1], on_device) if todo else None
         if meanwhile is not None:
             meanwhile()
+        if not todo:
+            return results
         scans = load_scans(gt_mlp)
         for i, (cloud, ply, inputs) in enumerate(todo):
             xyz, notes = loading.result()
