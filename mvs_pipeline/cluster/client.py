@@ -52,12 +52,15 @@ def open_client(cfg: ClusterConfig):
             # the scheduler's HTTP server on a free port: two runs at once must not fight over 8787
             n_workers = _local_workers(cfg)
             # Numba's threads split between the workers: two workers with all cores each would fight
-            # over them (the CPU twins run parallel over pixels)
-            numba_threads = max(1, (os.cpu_count() or 1) // (n_workers * cfg.threads_per_worker))
+            # over them (the CPU twins run parallel over pixels). A worker's threads take turns
+            # (depth.cluster_run's compute lock), so they do not divide its share. A pinned
+            # cores_per_worker wins over the environment's NUMBA_NUM_THREADS, which wins over the split.
+            cores = os.cpu_count() or 1
+            numba_threads = (str(min(cfg.cores_per_worker, cores)) if cfg.cores_per_worker is not None
+                             else os.environ.get("NUMBA_NUM_THREADS", str(max(1, cores // n_workers))))
             cluster = stack.enter_context(distributed.LocalCluster(
                 n_workers=n_workers, threads_per_worker=cfg.threads_per_worker, processes=True,
-                dashboard_address=":0", env={"NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS",
-                                                                                 str(numba_threads))}))
+                dashboard_address=":0", env={"NUMBA_NUM_THREADS": numba_threads}))
             target = cluster
         elif cfg.kind == "local-cuda":
             LocalCUDACluster = _import_local_cuda_cluster()  # noqa: N806
@@ -135,29 +138,26 @@ def current_worker():
 
 def worker_state(run: str, make):
     """The object `make()` built the first time a task of run `run` asked for it in this worker
-    thread (kept on the worker across tasks, e.g. a run's map caches; one per thread, as the
-    caches are not shared between threads); outside a worker, a fresh one."""
+    (kept on the worker across tasks, e.g. a run's map caches; one per worker process, shared by
+    its threads: the caller serialises their use); outside a worker, a fresh one."""
     worker = current_worker()
     if worker is None:
         return make()
     runs = worker.__dict__.setdefault(_STATE_ATTR, {})
     with _STATE_LOCK:
         for old in [r for r in runs if r != run]:   # one run at a time: drop an earlier run's caches
-            for state in runs.pop(old).values():
-                closer = getattr(state, "close", None)
-                if closer is not None:
-                    closer()
-        slots = runs.setdefault(run, {})
-        thread = threading.get_ident()
-        if thread not in slots:
-            slots[thread] = make()
-        return slots[thread]
+            closer = getattr(runs.pop(old), "close", None)
+            if closer is not None:
+                closer()
+        if run not in runs:
+            runs[run] = make()
+        return runs[run]
 
 
-def run_states(run: str, dask_worker) -> list:
-    """Every object worker_state made for run `run` in `dask_worker` (one per worker thread)."""
+def run_state(run: str, dask_worker):
+    """The object worker_state made for run `run` in `dask_worker`, or None (no task of it ran there)."""
     with _STATE_LOCK:
-        return list(dask_worker.__dict__.get(_STATE_ATTR, {}).get(run, {}).values())
+        return dask_worker.__dict__.get(_STATE_ATTR, {}).get(run)
 
 
 def worker_name() -> str:

@@ -60,9 +60,10 @@ class GreyImageCache:
         view_idx, scale = key
         with self._lock:
             full = self._cache.get((view_idx, 0))
-        if isinstance(full, Future) and scale != 0 and (full.running() or full.done()):
-            # being decoded (prefetched at full size): wait rather than decode twice. Not when it
-            # is still queued: waiting here (a decoder thread itself) could leave no thread to run it.
+        if isinstance(full, Future) and scale != 0 and not full.cancel():
+            # being decoded (prefetched at full size): wait rather than decode twice. One still
+            # queued is cancelled and decoded here: waiting for it (a decoder thread itself) could
+            # leave no thread to run it, and behind the queue it could come last.
             full = full.result()
         if not isinstance(full, np.ndarray):
             full = self._store((view_idx, 0), self._decode(view_idx))   # decoded once for all scales
@@ -81,27 +82,43 @@ class GreyImageCache:
                 self._cache.move_to_end(key)
         if isinstance(entry, np.ndarray):
             return entry
-        if isinstance(entry, Future):
+        if isinstance(entry, Future) and not entry.cancel():
             return entry.result()      # re-raises a decoding error here, naming the image
+        # not prefetched, or still queued behind other prefetches (now cancelled): decoded here at
+        # once. A cluster worker queues every full-size image when the load stage ends, so the
+        # first depth task's images came after all of them (+0.2 s in a 7 s stage, 40 x 1600x1200).
         return self._load(key)
 
     def prefetch(self, keys) -> None:
         """Start decoding (view_idx, scale) keys in the background, in the order given, as many as
-        the byte budget holds (about half of it, so images still in use are not pushed out)."""
+        the byte budget holds (about half of it, so images still in use are not pushed out). A
+        smaller scale takes over its full-size image's decode if that is still queued, and the
+        other queued full-size decodes move behind this call's keys."""
         if self._pool is None:
             return
         budget = self.max_bytes // 2
+        took_over = False
         for key in dict.fromkeys(keys):
             view = self.scene.views[key[0]]
             w, h = scaled_size(view.width, view.height, key[1])
             budget -= 4 * w * h
             if budget < 0:
-                return
+                break
             with self._lock:
                 if key in self._cache:
                     continue
-                fut = self._pool.submit(self._load, key)
-                self._cache[key] = fut
+                full = self._cache.get((key[0], 0)) if key[1] != 0 else None
+                if isinstance(full, Future) and full.cancel():
+                    # its full-size decode was still queued (a cluster worker queues every image
+                    # as the load stage ends): this job decodes it, in this prefetch's order
+                    del self._cache[(key[0], 0)]
+                    took_over = True
+                self._cache[key] = self._pool.submit(self._load, key)
+        if took_over:   # the rest of that queue after the views this caller needs first
+            with self._lock:
+                queued = [k for k, v in self._cache.items() if k[1] == 0 and isinstance(v, Future) and v.cancel()]
+                for k in queued:
+                    self._cache[k] = self._pool.submit(self._load, k)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -17,6 +17,13 @@ disk and resubmits any view whose maps a dead worker took with it. So:
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
 tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
+A worker's threads share those caches and take turns (WorkerCaches.compute_lock): one task
+computes at a time, as the solvers use every core or the whole GPU (a `dask worker` started with
+one thread per core would otherwise run that many solvers against each other, each with its own
+caches). A second thread holds the next task ready, hiding Dask's ~1.4 ms between a worker's
+tasks (H100, 40 x 1600x1200: 0.31-0.39 s of idle spans over 240 tasks down to 0.08-0.14 s), but
+the depth stage was no faster: the GPU was still busy with the previous task's queued work
+during those gaps (session 12, BENCHMARKS.md), so one thread stays the default.
 The workers start decoding the scene's images as soon as the load stage has prepared them
 (prefetch_images_on_workers), while the client selects views: at 3200x2130 decoding in the first
 pass took ~3 s of a 10.6 s depth stage on 4 GPUs.
@@ -37,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..cluster.client import current_worker, run_states, worker_name, worker_state
+from ..cluster.client import current_worker, run_state, worker_name, worker_state
 from ..errors import MVSError
 from ..io.atomic import remove_leftovers
 from ..scene.scene import Scene
@@ -124,9 +131,11 @@ def prefetch_images_on_workers(client, scene: Scene) -> None:
 
 
 class WorkerCaches:
-    """One worker thread's caches for one run (the single-process stage's, kept across tasks)."""
+    """One worker's caches for one run (the single-process stage's, kept across tasks); its
+    threads use them one at a time, under `compute_lock`."""
 
     def __init__(self, job: DepthJob):
+        self.compute_lock = threading.Lock()
         self.writer = MapWriter(durable=job.cfg.depth.sync_maps,
                                 preview_max_size=job.cfg.depth.preview_max_size)
         self.textures = None
@@ -163,25 +172,29 @@ class WorkerCaches:
 def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
     """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
     waits for them). `pass_views`: the views of this pass hinted to the same worker."""
-    t0, started = time.perf_counter(), time.time()
     state = worker_state(job.token, lambda: WorkerCaches(job))
-    scale = job.passes[pass_index].scale
-    if pass_index not in state.prefetched:
-        # The worker's first task of the pass starts decoding the images of every view hinted to
-        # this worker (this view's first), as the single-process stage does for the whole pass;
-        # decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
-        state.prefetched.add(pass_index)
-        at = pass_views.index(ref) if ref in pass_views else 0
-        order = [ref, *pass_views[at:], *pass_views[:at]]
-        state.caches.images.prefetch((v, scale) for r in order for v in [r, *job.sel.neighbors[r]])
-    else:
-        state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
-    prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
-    prof.seconds["task_setup"] = time.perf_counter() - t0
-    compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
-                 state.caches, prof)
-    return {"worker": worker_name(), "seconds": time.perf_counter() - t0, "valid_pixels": state.new_valid_pixels(),
-            "seconds_by_category": prof.seconds, "span": (started, time.time())}
+    with state.compute_lock:   # a task on the worker's other thread waits here for its turn
+        t0, started = time.perf_counter(), time.time()
+        scale = job.passes[pass_index].scale
+        if pass_index not in state.prefetched:
+            # The worker's first task of the pass starts decoding the images of every view hinted
+            # to this worker (this view's first), as the single-process stage does for the whole
+            # pass; decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
+            state.prefetched.add(pass_index)
+            at = pass_views.index(ref) if ref in pass_views else 0
+            order = [ref, *pass_views[at:], *pass_views[:at]]
+            state.caches.images.prefetch((v, scale) for r in order for v in [r, *job.sel.neighbors[r]])
+        else:
+            state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
+        prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
+        prof.seconds["task_setup"] = time.perf_counter() - t0
+        compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
+                     state.caches, prof)
+        valid = state.new_valid_pixels()
+        seconds, ended = time.perf_counter() - t0, time.time()
+    # "seconds" and "span": the task's turn on the worker, not its wait for another thread's task
+    return {"worker": worker_name(), "seconds": seconds, "valid_pixels": valid,
+            "seconds_by_category": prof.seconds, "span": (started, ended)}
 
 
 def _flush_worker_states(token: str, pass_index: int, dask_worker) -> tuple[int, float]:
@@ -189,10 +202,12 @@ def _flush_worker_states(token: str, pass_index: int, dask_worker) -> tuple[int,
     map cache (the next pass reads no older one); (the valid depths not yet reported, seconds the
     flush took: the writes the pass's last tasks left behind)."""
     t0, valid = time.perf_counter(), 0
-    for state in run_states(token, dask_worker):
-        state.writer.flush()
-        state.caches.maps.retain(state.passes[pass_index].owns)
-        valid += state.new_valid_pixels()
+    state = run_state(token, dask_worker)
+    if state is not None:
+        with state.compute_lock:   # every task of the pass has ended; this only orders the access
+            state.writer.flush()
+            state.caches.maps.retain(state.passes[pass_index].owns)
+            valid = state.new_valid_pixels()
     return valid, time.perf_counter() - t0
 
 

@@ -70,7 +70,7 @@ def point_set(out: Path) -> np.ndarray:
 def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     out = tmp_path / "out"
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--cluster", "local",
-                 "--set", "cluster.workers=2"]) == 0
+                 "--set", "cluster.workers=2", "--set", "cluster.threads_per_worker=2"]) == 0
     reference = maps(single)
     assert len(reference) == 4 * 2 * 3   # 4 views x 2 passes x depth/normal/cost
     assert maps(out) == reference
@@ -90,6 +90,11 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
         assert len(w["spans"]) == w["tasks"]
         for pass_id, start, end in w["spans"]:
             assert 0 <= start <= end <= phases[pass_id]["tasks"] + 0.01
+        # two threads per worker, but its tasks take turns: within a pass no two spans overlap
+        # (spans are rounded to 1 ms)
+        for pass_id in phases:
+            spans = sorted((start, end) for p, start, end in w["spans"] if p == pass_id)
+            assert all(b[0] >= a[1] - 0.002 for a, b in zip(spans, spans[1:])), (pass_id, spans)
     # the fingerprints do not depend on the engine: a single-process rerun finds nothing to redo
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--resume-only"]) == 0
     again = json.loads((out / "run.json").read_text())["counts"]
@@ -157,6 +162,23 @@ def test_workers_decode_the_images_while_the_client_selects_views(scene, tmp_pat
     for files, done, threads in states.values():
         assert files == [str(v.image_path) for v in scene_.views] and done == scene_.num_views
         assert threads == max(2, min(8, (os.cpu_count() or 1) // 2))
+
+
+def test_local_workers_share_the_cores_unless_pinned(monkeypatch):
+    """Each local worker's solvers get the machine's cores split among the workers (Numba's
+    threads), or cluster.cores_per_worker when it is set, over the environment's NUMBA_NUM_THREADS;
+    a worker's two threads (threads_per_worker) take turns, so they do not split its share."""
+    def numba_threads():
+        return os.environ["NUMBA_NUM_THREADS"]
+
+    cores = os.cpu_count() or 1
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    with open_client(ClusterConfig(kind="local", workers=2, threads_per_worker=2)) as client:
+        assert sorted(client.run(numba_threads).values()) == [str(max(1, cores // 2))] * 2
+        assert all(w["nthreads"] == 2 for w in client.scheduler_info()["workers"].values())
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    with open_client(ClusterConfig(kind="local", workers=1, cores_per_worker=cores + 5)) as client:
+        assert list(client.run(numba_threads).values()) == [str(cores)]   # pinned, at most the machine's
 
 
 def test_cluster_options_fail_in_one_line(scene, tmp_path, capsys):

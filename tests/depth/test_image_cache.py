@@ -1,7 +1,8 @@
 """The depth stage's decoded-image cache (depth/caches.py GreyImageCache): a smaller scale made
 while its full-size image is being decoded waits for that decode instead of decoding again, and
-one whose full-size decode is still queued decodes itself (a decoder thread waiting there could
-leave no thread to run the queued decode)."""
+one whose full-size decode is still queued cancels it and decodes itself (a decoder thread waiting
+there could leave no thread to run the queued decode); an image asked for while its prefetch is
+still queued is decoded at once by the asking thread, not after the queue."""
 
 from __future__ import annotations
 
@@ -19,16 +20,20 @@ from mvs_pipeline.depth.passes import scaled_size
 class CountingCache(GreyImageCache):
     """Counts decodes per view; each decode waits for `release` (so it can be caught running)."""
 
-    def __init__(self, scene, threads: int):
+    def __init__(self, scene, threads: int, block: set[int] | None = None):
         super().__init__(scene, threads=threads)
+        self.block = block   # views whose decode waits for `release` (None: every view)
         self.decodes: dict[int, int] = {}
+        self.order: list[int] = []   # views in the order their decodes started
         self.started = threading.Event()
         self.release = threading.Event()
 
     def _decode(self, view_idx: int) -> np.ndarray:
         self.decodes[view_idx] = self.decodes.get(view_idx, 0) + 1
+        self.order.append(view_idx)
         self.started.set()
-        assert self.release.wait(10)
+        if self.block is None or view_idx in self.block:
+            assert self.release.wait(10)
         return super()._decode(view_idx)
 
 
@@ -88,3 +93,40 @@ def test_a_smaller_scale_does_not_wait_for_a_queued_full_size_decode(tmp_path):
     finally:
         cache.release.set()
         cache.close()
+
+
+def test_an_image_asked_for_does_not_wait_behind_the_prefetch_queue(tmp_path):
+    scene = _scene(tmp_path, count=3)
+    cache = CountingCache(scene, threads=1, block={0})
+    try:
+        # the only decoder thread is stuck on view 0; view 1 and both of view 2's jobs are queued
+        cache.prefetch([(0, 0), (1, 0), (2, 0), (2, 1)])
+        assert cache.started.wait(10)
+        np.testing.assert_array_equal(cache.get(2, 1), _expected(scene, 2, 1))   # here, at once
+        assert cache.decodes == {0: 1, 2: 1}
+        cache.release.set()
+        np.testing.assert_array_equal(cache.get(1, 0), _expected(scene, 1, 0))
+        np.testing.assert_array_equal(cache.get(2, 0), _expected(scene, 2, 0))
+    finally:
+        cache.release.set()
+        cache.close()
+    assert cache.decodes == {0: 1, 1: 1, 2: 1}   # view 2's cancelled jobs did not decode it again
+
+
+def test_a_later_prefetch_takes_over_queued_full_size_decodes_in_its_order(tmp_path):
+    """A cluster worker queues every full-size image as the load stage ends; the first depth pass
+    (a coarser scale) then asks for its views in its own order, and gets them in that order."""
+    scene = _scene(tmp_path, count=4)
+    cache = CountingCache(scene, threads=1, block={0})
+    try:
+        cache.prefetch([(v, 0) for v in range(4)])   # stuck on view 0; views 1, 2, 3 queued
+        assert cache.started.wait(10)
+        cache.prefetch([(3, 1), (1, 1)])             # the pass needs view 3 first, then view 1
+        cache.release.set()
+        for v in (3, 1):
+            np.testing.assert_array_equal(cache.get(v, 1), _expected(scene, v, 1))
+            np.testing.assert_array_equal(cache.get(v, 0), _expected(scene, v, 0))
+    finally:
+        cache.release.set()
+        cache.close()
+    assert cache.order == [0, 3, 1, 2] and cache.decodes == {0: 1, 1: 1, 2: 1, 3: 1}
