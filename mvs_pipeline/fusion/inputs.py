@@ -139,6 +139,19 @@ def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) 
                        f"{inp.width}x{inp.height}")
 
 
+def read_object_mask(path: Path, name: str, width: int, height: int) -> np.ndarray:
+    """[H, W] bool, True where the mask file of image `name` is non-zero (kept; zero = ignore)."""
+    mask = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+    if mask is None:
+        raise MVSError(f"{path}: mask of image '{name}' is not a readable image")
+    if mask.shape[:2] != (height, width):
+        raise MVSError(f"{path}: mask of image '{name}' is {mask.shape[1]}x{mask.shape[0]} px but the camera is "
+                       f"{width}x{height}")
+    if mask.ndim == 3:  # COLMAP tests the red channel; OpenCV stores BGR(A)
+        mask = mask[:, :, 2] if mask.shape[2] >= 3 else mask[:, :, 0]
+    return mask != 0
+
+
 def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
     """[H, W] float32: standard deviation of OpenCV's grey levels (0-255) over the window x window
     neighbourhood of each pixel (borders reflected, as cv2.blur does)."""
@@ -166,13 +179,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0) -> HostView:
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
-        mask = cv2.imread(str(inp.mask_path), cv2.IMREAD_UNCHANGED)
-        if mask is None:
-            raise MVSError(f"{inp.mask_path}: mask of image '{inp.name}' is not a readable image")
-        _check_size(inp.mask_path, "mask", mask.shape, inp)
-        if mask.ndim == 3:  # COLMAP tests the red channel; OpenCV stores BGR(A)
-            mask = mask[:, :, 2] if mask.shape[2] >= 3 else mask[:, :, 0]
-        ignore = mask == 0
+        ignore = ~read_object_mask(inp.mask_path, inp.name, inp.width, inp.height)
         blocked[ignore] = 1
         masked = int(np.count_nonzero(ignore))
     textureless = 0

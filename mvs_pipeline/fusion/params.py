@@ -65,6 +65,10 @@ class FusionConfig:
         "which depth/normal maps to fuse; auto = geometric when every view has them, else photometric"))
     mask_dir: str | None = field(default=None, metadata=meta(
         "folder of COLMAP-style masks MASK_DIR/<image name>.png, zero = ignore the pixel (null = no masks)"))
+    mask_silhouettes: bool = field(default=False, metadata=meta(
+        "with mask_dir: the masks are object silhouettes (DTU-style), so a point is dropped where it projects "
+        "onto a zero pixel of any view that has it in front and inside the frame (fusion/silhouettes.py; "
+        "false for masks of occluders or sky, which hide real surface)"))
     cache_views: int | None = field(default=None, metadata=meta(
         "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
         (2, 100000)))

@@ -116,13 +116,17 @@ class _CpuEngine:
         self.free.append(slot)
         return marks
 
-    def fuse(self, ref: int, nbs: list[int], cams: np.ndarray, cfg: FusionConfig) -> dict:
+    def fuse(self, ref: int, nbs: list[int], cams: np.ndarray, cfg: FusionConfig, silhouettes=None) -> dict:
         from .cpu import fuse_slots  # noqa: PLC0415
 
         out = fuse_slots(self.pool, ref, nbs, cams, **_thresholds(cfg))
         idx = np.flatnonzero(out["support"])
-        return {"pixel": idx, "xyz": out["xyz"][idx].astype(np.float32), "normal": out["normal"][idx].astype(np.float32),
-                "color": out["color"][idx], "support": out["support"][idx], "vis": out["vis"][idx]}
+        emitted = len(idx)
+        if silhouettes is not None:   # on the positions as written (float32), as the CUDA engine does
+            idx = idx[silhouettes.inside(out["xyz"][idx].astype(np.float32))]
+        return {"silhouette_dropped": emitted - len(idx), "pixel": idx, "xyz": out["xyz"][idx].astype(np.float32),
+                "normal": out["normal"][idx].astype(np.float32), "color": out["color"][idx],
+                "support": out["support"][idx], "vis": out["vis"][idx]}
 
 
 class _CudaEngine:
@@ -154,7 +158,7 @@ class _CudaEngine:
     def evict(self, entry: dict, keep_marks: bool) -> np.ndarray | None:
         return entry["blocked"].get() if keep_marks else None
 
-    def fuse(self, ref: dict, nbs: list[dict], cams: np.ndarray, cfg: FusionConfig) -> dict:
+    def fuse(self, ref: dict, nbs: list[dict], cams: np.ndarray, cfg: FusionConfig, silhouettes=None) -> dict:
         from .cuda import fuse_reference_cuda  # noqa: PLC0415
 
         cp = self.cp
@@ -162,8 +166,11 @@ class _CudaEngine:
         self._out = out
         self._track()
         idx = cp.flatnonzero(out["support"])
-        return {"pixel": idx.get().astype(np.int64), **{k: out[k][idx].get() for k in
-                                                         ("xyz", "normal", "color", "support", "vis")}}
+        emitted = len(idx)
+        if silhouettes is not None:
+            idx = idx[silhouettes.inside(out["xyz"][idx])]
+        return {"silhouette_dropped": emitted - len(idx), "pixel": idx.get().astype(np.int64),
+                **{k: out[k][idx].get() for k in ("xyz", "normal", "color", "support", "vis")}}
 
     def _track(self) -> None:
         self.peak_bytes = max(self.peak_bytes, int(self.pool.used_bytes()))
@@ -367,6 +374,16 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     cams = {v: camera_block(view.K, view.R, view.t) for v, view in enumerate(scene.views)}
     log.info("fusion: %d reference views, %s maps, backend %s, cache %d views", len(refs), map_type,
              engine.name, capacity)
+    silhouettes = None
+    if cfg.mask_silhouettes and cfg.mask_dir is not None:
+        from .silhouettes import SilhouetteCheck  # noqa: PLC0415
+
+        silhouettes = SilhouetteCheck(scene, cfg.mask_dir, engine.cp if engine.name == "cuda" else np)
+        log.info("fusion: masks are object silhouettes (%d views): points outside one are dropped",
+                 silhouettes.num_views)
+    elif cfg.mask_silhouettes:
+        log.warning("fusion.mask_silhouettes is set but fusion.mask_dir is not: no silhouettes to check")
+    stats["silhouette_dropped"] = 0
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
                        min_texture=cfg.min_texture)
@@ -374,7 +391,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)
             cam_stack = np.stack([cams[v] for v in plan[step]])
-            out = engine.fuse(views[r], [views[j] for j in nbrs[r]], cam_stack, cfg)
+            out = engine.fuse(views[r], [views[j] for j in nbrs[r]], cam_stack, cfg, silhouettes)
+            stats["silhouette_dropped"] += out.pop("silhouette_dropped")
             stats["points"] += len(out["pixel"])
             yield FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
     finally:
