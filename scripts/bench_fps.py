@@ -64,15 +64,15 @@ def commit() -> str:
         return "unknown"
 
 
-def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm, threads=None):
+def gpu_tree(cupy, xyz_gpu, m, leaf_size, blocks_per_sm, threads=None, grid=None):
     from mvs_pipeline.sampling.points.fps import cuda as kfps
 
     kfps.fps_tree(xyz_gpu, 2, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
-                  threads=threads)  # compiles this kernel shape outside the timing
+                  threads=threads, grid=grid)  # compiles this kernel shape outside the timing
     cupy.cuda.Device().synchronize()
     t0 = time.perf_counter()
     idx, _d2, info = kfps.fps_tree(xyz_gpu, m, 0, leaf_size=leaf_size, blocks_per_sm=blocks_per_sm,
-                                   threads=threads)
+                                   threads=threads, grid=grid)
     cupy.cuda.Device().synchronize()
     return time.perf_counter() - t0, idx.get(), info
 
@@ -120,6 +120,8 @@ def main() -> int:
     ap.add_argument("--leaf-sizes", default="auto", help="gpu-tree leaf sizes to sweep, or auto")
     ap.add_argument("--blocks-per-sm", default="1", help="gpu-tree blocks per SM to sweep (default: %(default)s)")
     ap.add_argument("--threads", default="auto", help="gpu-tree threads per block to sweep, or auto")
+    ap.add_argument("--grids", default="auto",
+                    help="gpu-tree launch sizes (blocks) to sweep, or auto (blocks per SM on every SM)")
     ap.add_argument("--block-budget", type=float, default=3.0, help="seconds per one-block probe (default: %(default)s)")
     ap.add_argument("--cpu-max-points", type=str, default="16M", help="skip CPU methods above this N")
     ap.add_argument("--repeat", type=int, default=2, help="gpu-tree runs per setting, best kept (default: %(default)s)")
@@ -131,6 +133,7 @@ def main() -> int:
     leaf_sizes = [None] if args.leaf_sizes == "auto" else [int(v) for v in args.leaf_sizes.split(",")]
     blocks = [int(v) for v in args.blocks_per_sm.split(",")]
     thread_counts = [None] if args.threads == "auto" else [int(v) for v in args.threads.split(",")]
+    grids = [None if v == "auto" else int(v) for v in args.grids.split(",")]
     cpu_max = parse_count(args.cpu_max_points)
 
     cupy = None
@@ -169,25 +172,25 @@ def main() -> int:
                 results.append(("numba tree (CPU)", time.perf_counter() - t0, f"work {100 * work:.3f}% of N*M"))
             if "gpu-tree" in methods:
                 for leaf in leaf_sizes:
-                    for bps in blocks:
-                        for threads in thread_counts:
-                            best, info = float("inf"), {}
-                            try:
-                                for _ in range(max(1, args.repeat)):
-                                    t, idx, info = gpu_tree(cupy, xyz_gpu, m, leaf, bps, threads)
-                                    best = min(best, t)
-                            except (ValueError, MVSError) as exc:  # a shape that does not fit: skip it
-                                print(f"{n:>9} {m:>8} skipped leaf={leaf} blocks/SM={bps} threads={threads}: {exc}")
-                                continue
-                            if tree_idx is not None and not np.array_equal(idx, tree_idx):
-                                k = int(np.argmax(idx != tree_idx))
-                                print(f"MISMATCH: gpu tree settings differ at sample {k} (N={n}, M={m})")
-                                return 1
-                            tree_idx = idx
-                            results.append((f"gpu tree leaf={info['leaf_size']} grid={info['grid']}x"
-                                            f"{info['threads']}", best,
-                                            f"{info['leaves_per_block']} leaves/block, work "
-                                            f"{100 * info['work_fraction']:.3f}% of N*M"))
+                    for bps, threads, grid in ((b, t, g) for b in blocks for t in thread_counts for g in grids):
+                        best, info = float("inf"), {}
+                        try:
+                            for _ in range(max(1, args.repeat)):
+                                t, idx, info = gpu_tree(cupy, xyz_gpu, m, leaf, bps, threads, grid)
+                                best = min(best, t)
+                        except (ValueError, MVSError) as exc:  # a shape that does not fit: skip it
+                            print(f"{n:>9} {m:>8} skipped leaf={leaf} blocks/SM={bps} threads={threads} "
+                                  f"grid={grid}: {exc}")
+                            continue
+                        if tree_idx is not None and not np.array_equal(idx, tree_idx):
+                            k = int(np.argmax(idx != tree_idx))
+                            print(f"MISMATCH: gpu tree settings differ at sample {k} (N={n}, M={m})")
+                            return 1
+                        tree_idx = idx
+                        results.append((f"gpu tree leaf={info['leaf_size']} grid={info['grid']}x"
+                                        f"{info['threads']}", best,
+                                        f"{info['leaves_per_block']} leaves/block, work "
+                                        f"{100 * info['work_fraction']:.3f}% of N*M"))
             if "gpu-block" in methods:
                 est, bidx, probe = gpu_block_probe(cupy, xyz_gpu, m, args.block_budget)
                 note = f"~ extrapolated from {probe} samples" if probe < m else ""

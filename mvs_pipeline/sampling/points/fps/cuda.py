@@ -153,9 +153,11 @@ def _max_blocks_per_sm(cupy, kernel, threads: int, shared_bytes: int) -> int | N
 
 
 def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, blocks_per_sm: int = 1,
-             threads: int | None = None, timeout_s: float = 10.0):
+             threads: int | None = None, grid: int | None = None, timeout_s: float = 10.0):
     """Exact FPS of one cloud with the persistent kernel. xyz [N, 3] float32
-    -> (indices [M] int64, d2 at selection [M] float32 (+inf for sample 0), info dict)."""
+    -> (indices [M] int64, d2 at selection [M] float32 (+inf for sample 0), info dict).
+    `grid`: blocks of the launch (default: blocks_per_sm on every SM); fewer blocks hold more
+    leaves each and wait on fewer others at each sample's all-gather."""
     cupy = import_cupy()
     _check("xyz", xyz, cupy, np.float32, 2, 3)
     n, m = int(xyz.shape[0]), int(num_samples)
@@ -172,7 +174,11 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
         raise ValueError(f"threads must be a multiple of 32 in [64, 1024], got {threads}")
     device = cupy.cuda.Device()
     num_sms = int(device.attributes["MultiProcessorCount"])
-    grid = num_sms * int(blocks_per_sm)
+    full_grid = num_sms * int(blocks_per_sm)
+    grid = full_grid if grid is None else int(grid)
+    if not 1 <= grid <= full_grid:
+        raise ValueError(f"grid must be in [1, {full_grid}] ({blocks_per_sm} block(s) on each of {num_sms} SMs), "
+                         f"got {grid}")
     leaf = int(leaf_size) if leaf_size is not None else choose_leaf_size(n, grid, threads)
     if not 1 <= leaf <= 32 * MAX_POINTS_PER_LANE:
         raise ValueError(f"leaf_size must be in [1, {32 * MAX_POINTS_PER_LANE}], got {leaf}")
