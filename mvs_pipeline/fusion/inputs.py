@@ -133,20 +133,20 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
     return inputs, resolved
 
 
-def _check_size(path: Path, what: str, shape: tuple[int, ...], inp: ViewInputs) -> None:
+def _check_size(path: Path, what: str, shape: tuple[int, ...], inp) -> None:
+    """`inp`: the image's ViewInputs or scene View (its name, width and height)."""
     if shape[:2] != (inp.height, inp.width):
         raise MVSError(f"{path}: {what} of image '{inp.name}' is {shape[1]}x{shape[0]} px but the camera is "
                        f"{inp.width}x{inp.height}")
 
 
-def read_object_mask(path: Path, name: str, width: int, height: int) -> np.ndarray:
-    """[H, W] bool, True where the mask file of image `name` is non-zero (kept; zero = ignore)."""
+def read_object_mask(path: Path, inp) -> np.ndarray:
+    """[H, W] bool, True where the mask file of image `inp` (ViewInputs or scene View) is non-zero
+    (kept; zero = ignore)."""
     mask = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
     if mask is None:
-        raise MVSError(f"{path}: mask of image '{name}' is not a readable image")
-    if mask.shape[:2] != (height, width):
-        raise MVSError(f"{path}: mask of image '{name}' is {mask.shape[1]}x{mask.shape[0]} px but the camera is "
-                       f"{width}x{height}")
+        raise MVSError(f"{path}: mask of image '{inp.name}' is not a readable image")
+    _check_size(path, "mask", mask.shape, inp)
     if mask.ndim == 3:  # COLMAP tests the red channel; OpenCV stores BGR(A)
         mask = mask[:, :, 2] if mask.shape[2] >= 3 else mask[:, :, 0]
     return mask != 0
@@ -179,7 +179,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0) -> HostView:
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
-        ignore = ~read_object_mask(inp.mask_path, inp.name, inp.width, inp.height)
+        ignore = ~read_object_mask(inp.mask_path, inp)
         blocked[ignore] = 1
         masked = int(np.count_nonzero(ignore))
     textureless = 0

@@ -38,7 +38,7 @@ class SilhouetteCheck:
             path = mask_path_for(Path(mask_dir), view.name)
             if path is None:
                 continue
-            masks.append(read_object_mask(path, view.name, view.width, view.height).astype(np.uint8).ravel())
+            masks.append(read_object_mask(path, view).astype(np.uint8).ravel())
             K = np.asarray(view.K, np.float64)
             pose = np.concatenate([np.asarray(view.R, np.float64), np.asarray(view.t, np.float64).reshape(3, 1)], 1)
             views.append((K @ pose, view.width, view.height, offset))
@@ -48,7 +48,8 @@ class SilhouetteCheck:
             return
         self.flat = xp.asarray(np.concatenate(masks))
         self.projection = xp.asarray(np.stack([p for p, _, _, _ in views]))       # [V, 3, 4]
-        self.size = xp.asarray(np.array([(w, h) for _, w, h, _ in views], np.int64))  # [V, 2]
+        self.width = xp.asarray(np.array([[w] for _, w, _, _ in views], np.float64))   # [V, 1] px
+        self.height = xp.asarray(np.array([[h] for _, _, h, _ in views], np.float64))  # [V, 1] px
         self.offset = xp.asarray(np.array([o for _, _, _, o in views], np.int64))   # [V]
 
     def inside(self, xyz):
@@ -67,10 +68,8 @@ class SilhouetteCheck:
             safe_z = xp.where(front, z, 1.0)
             col = xp.floor(img[..., 0] / safe_z)
             row = xp.floor(img[..., 1] / safe_z)
-            w = self.size[:, 0:1].astype(xp.float64)
-            h = self.size[:, 1:2].astype(xp.float64)
-            seen = front & (col >= 0) & (col < w) & (row >= 0) & (row < h)
-            pixel = xp.where(seen, row * w + col, 0).astype(xp.int64) + self.offset[:, None]
+            seen = front & (col >= 0) & (col < self.width) & (row >= 0) & (row < self.height)
+            pixel = xp.where(seen, row * self.width + col, 0).astype(xp.int64) + self.offset[:, None]
             on_background = seen & (self.flat[pixel] == 0)
             keep[start:start + step] = ~on_background.any(axis=0)
         return keep
