@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Where a synthetic scene's run loses accuracy and completeness (issue #16's loop).
+
+For a finished `mvs-pipeline run SCENE -o RUN` on a scene made by `mvs-pipeline synth` (exact
+ground truth: gt/depth/*.npy per view and the ETH3D scans), three breakdowns:
+
+  points     fused.ply's points by how many views agreed (fused.ply.vis) and by their depth in
+             the reference view: the share within TOL of the scanned surface, among the points
+             the scans can judge (the ETH3D classes; unweighted here, the official accuracy
+             averages per voxel)
+  depth      every view's final depth map against its ground truth, pixels binned by true depth:
+             the share with a depth, within TOL, within 1 %
+  missed     a sample of the scan points that no fused point covers within TOL, classified by
+             what the views had there: seen by fewer than two views (no method can), no view
+             with a depth within TOL, one such view (fusion needs an agreeing neighbour), or two
+             or more (fusion dropped a surface the maps had right); the same for covered points
+
+    python scripts/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
+from mvs_pipeline.evaluation.depth_metrics import find_run_depth_maps  # noqa: E402
+from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: E402
+from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
+from mvs_pipeline.io.colmap_maps import read_depth_map  # noqa: E402
+from mvs_pipeline.io.ply import read_ply  # noqa: E402
+from mvs_pipeline.io.vis_file import colmap_image_indices  # noqa: E402
+from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
+from mvs_pipeline.synth.oracle import SEEN_RELATIVE_TOLERANCE  # noqa: E402
+
+DEPTH_BINS = (0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 25.0, np.inf)   # metres (synthetic scenes)
+ACCURATE, INACCURATE = 0, 1   # eth3d.classify_accuracy's classes (UNOBSERVED = 2)
+
+
+def read_vis(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(observations per point [N], reference COLMAP image index per point [N]) of a fused.ply.vis."""
+    words = np.fromfile(path, dtype="<u4", offset=8)
+    counts, refs, at = [], [], 0
+    while at < len(words):   # records are n, ref, neighbours...
+        n = int(words[at])
+        counts.append(n)
+        refs.append(int(words[at + 1]))
+        at += 1 + n
+    return np.asarray(counts), np.asarray(refs)
+
+
+def bin_label(lo: float, hi: float) -> str:
+    return f"{lo:g}-{hi:g} m" if np.isfinite(hi) else f">{lo:g} m"
+
+
+def point_breakdown(scene, run: Path, scans, tol: float) -> dict:
+    cloud = read_ply(run / "fused.ply")
+    xyz = np.asarray(cloud.xyz, np.float64)
+    res = evaluate_eth3d(xyz, scans, tolerances=[tol], return_point_results=True)
+    pts = res["points"]
+    judged = (pts["recon_best_dist2"] <= tol * tol) | pts["recon_front"]
+    good = pts["recon_best_dist2"] <= tol * tol
+    counts, refs = read_vis(run / "fused.ply.vis")
+    view_of_index = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))  # COLMAP index -> view_idx
+    depth = np.zeros(len(xyz))
+    for view_idx in np.unique(view_of_index[refs]):
+        sel = view_of_index[refs] == view_idx
+        depth[sel] = scene.views[view_idx].world_to_cam(xyz[sel])[:, 2]
+    out = {"eth3d": {k: res[k][0] for k in ("accuracy", "completeness", "f1")}, "points": len(xyz),
+           "judged": int(judged.sum()), "accurate_unweighted": float(good.sum() / max(1, judged.sum())),
+           "by_views": [], "by_depth": []}
+    for n in range(2, int(counts.max()) + 1):
+        sel = judged & ((counts == n) if n < 6 else (counts >= n))
+        out["by_views"].append({"views": n if n < 6 else f"{n}+", "points": int(sel.sum()),
+                                "accurate": float(good[sel].sum() / max(1, sel.sum()))})
+        if n >= 6:
+            break
+    for lo, hi in zip(DEPTH_BINS[:-1], DEPTH_BINS[1:]):
+        sel = judged & (depth >= lo) & (depth < hi)
+        if sel.any():
+            out["by_depth"].append({"depth": bin_label(lo, hi), "points": int(sel.sum()),
+                                    "accurate": float(good[sel].sum() / sel.sum()),
+                                    "mean_views": float(counts[sel].mean())})
+    return out, pts
+
+
+def load_maps(scene, run: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    found = find_run_depth_maps(run)
+    gt_dir = Path(scene.images_dir).parent / "gt" / "depth"
+    ours, truth = [], []
+    for v in scene.views:
+        ours.append(read_depth_map(found[v.name]) if v.name in found else np.zeros((v.height, v.width), np.float32))
+        truth.append(np.load(gt_dir / f"{Path(v.name).stem}.npy").astype(np.float64))
+    return ours, truth
+
+
+def depth_breakdown(ours, truth, tol: float) -> list[dict]:
+    gt = np.concatenate([t.ravel() for t in truth])
+    est = np.concatenate([o.ravel().astype(np.float64) for o in ours])
+    valid_gt = np.isfinite(gt) & (gt > 0)
+    has = np.isfinite(est) & (est > 0)
+    err = np.abs(est - gt)
+    rows = []
+    for lo, hi in zip(DEPTH_BINS[:-1], DEPTH_BINS[1:]):
+        sel = valid_gt & (gt >= lo) & (gt < hi)
+        if not sel.any():
+            continue
+        n = int(sel.sum())
+        # relative error with its sign (est - gt) / gt where within 2 %: a bias shows in its median
+        rel = ((est - gt) / gt)[sel & has & (err <= 0.02 * gt)]
+        q = np.percentile(np.abs(rel), [50, 75, 90]) if len(rel) else [np.nan] * 3
+        rows.append({"depth": bin_label(lo, hi), "pixels": n, "with_depth": float((sel & has).sum() / n),
+                     "within_tol": float((sel & has & (err <= tol)).sum() / n),
+                     "within_1pct": float((sel & has & (err <= 0.01 * gt)).sum() / n),
+                     "signed_rel_median": float(np.median(rel)) if len(rel) else float("nan"),
+                     "abs_rel_p50_p75_p90": [float(x) for x in q]})
+    return rows
+
+
+def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> dict:
+    """Share of `points` in each class: seen by <2 views, 0 / 1 / 2+ views with a depth within tol."""
+    seen = np.zeros(len(points), np.int32)
+    right = np.zeros(len(points), np.int32)
+    for view, est, gt in zip(scene.views, ours, truth):
+        uv, z = view.project(points)
+        u, v = uv[:, 0], uv[:, 1]
+        inside = (z > 0) & (u >= 0) & (u < view.width) & (v >= 0) & (v < view.height)
+        cols, rows = u[inside].astype(np.int64), v[inside].astype(np.int64)
+        surface = np.zeros(len(points))
+        surface[inside] = gt[rows, cols]
+        visible = inside & (np.abs(surface - z) <= SEEN_RELATIVE_TOLERANCE * z)
+        mine = np.zeros(len(points))
+        mine[inside] = est[rows, cols]
+        seen += visible
+        right += visible & (np.abs(mine - z) <= tol)
+    classes = {"seen_by_fewer_than_2": seen < 2, "no_view_right": (seen >= 2) & (right == 0),
+               "one_view_right": (seen >= 2) & (right == 1), "two_or_more_right": (seen >= 2) & (right >= 2)}
+    return {k: float(m.sum() / max(1, len(points))) for k, m in classes.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scene", type=Path, help="a scene made by `mvs-pipeline synth`")
+    ap.add_argument("run", type=Path, help="the output folder of `mvs-pipeline run SCENE -o RUN`")
+    ap.add_argument("--tolerance", type=float, default=0.02, help="metres (default 0.02)")
+    ap.add_argument("--sample", type=int, default=200_000, help="scan points classified per class (missed, covered)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    tol = args.tolerance
+    scene = read_scene(args.scene / "images", args.scene / "sparse" / "0")
+    scans = load_scans(args.scene / "gt" / "eth3d" / "scan_alignment.mlp")
+    out, pts = point_breakdown(scene, args.run, scans, tol)
+    ours, truth = load_maps(scene, args.run)
+    out["depth"] = depth_breakdown(ours, truth, tol)
+    gt = np.concatenate([s.points_in_world() for s in scans])
+    missed = pts["gt_dist2"] > tol * tol
+    rng = np.random.default_rng(0)
+    out["missed_share"] = float(missed.mean())
+    for name, mask in (("missed", missed), ("covered", ~missed)):
+        idx = np.flatnonzero(mask)
+        idx = rng.choice(idx, min(len(idx), args.sample), replace=False) if len(idx) else idx
+        out[name] = classify_scan_points(scene, ours, truth, gt[idx], tol)
+    text = json.dumps(out, indent=1, default=float)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
