@@ -86,10 +86,11 @@ class MapWriter:
         self.valid_pixels = 0     # positive depths in the final maps written
 
     def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None,
-               checks=()) -> None:
+               checks=()):
         """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
         the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
-        which must pass before the maps are written."""
+        which must pass before the maps are written. Returns the write's Future: its `result()`
+        waits for the files (any thread may wait on it; the bookkeeping stays with flush)."""
         maps, event = start_download(depth, normal, cost)
 
         def job():
@@ -108,10 +109,12 @@ class MapWriter:
             return time.perf_counter() - t0, valid
 
         paths = frozenset(pss.map_path(kind, name) for kind in MAP_KINDS)
-        self._pending.append((self._pool.submit(job), maps.nbytes, paths))
+        future = self._pool.submit(job)
+        self._pending.append((future, maps.nbytes, paths))
         self._pending_bytes += maps.nbytes
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
             self._wait_oldest()
+        return future
 
     def _wait_oldest(self) -> None:
         fut, nbytes, _ = self._pending.popleft()
