@@ -120,16 +120,19 @@ class GpuSampler:
 
 
 def pass_timeline(run: dict) -> dict:
-    """Of a cluster run's depth graph: each pass's span (its first task's start, its last task's
-    end, seconds from the submission; passes overlap), the phases (graph, final flush, check) and,
-    per worker, the share of the graph's time it spent inside a task (the rest its GPU had no
-    task: dispatch, a task's inputs not yet written, the last pass's tail)."""
+    """Per pass of a cluster run: its phases (tasks, flush, check seconds) and, over the workers,
+    the share of the task phase each spent inside a task (the rest its GPU had no task: dispatch,
+    imbalance, waiting for the pass's last task)."""
     counts = run["counts"]
-    graph = counts.get("depth_cluster_phases", {}).get("graph", 0.0)
-    busy = sorted(round(sum(b - a for _, a, b, _ in w.get("spans", [])) / graph, 2)
-                  for w in counts.get("depth_cluster_workers", {}).values()) if graph > 0 else []
-    return {"pass_spans": counts.get("depth_cluster_pass_spans", {}),
-            "phases": counts.get("depth_cluster_phases", {}), "worker_busy_share": busy}
+    out = {}
+    for pass_id, phase in counts.get("depth_cluster_pass_phases", {}).items():
+        busy = []
+        for w in counts.get("depth_cluster_workers", {}).values():
+            spans = [(a, b) for p, a, b in w.get("spans", []) if p == pass_id]
+            if spans and phase["tasks"] > 0:
+                busy.append(round(sum(b - a for a, b in spans) / phase["tasks"], 2))
+        out[pass_id] = {**phase, "worker_busy_share": sorted(busy)}
+    return out
 
 
 def main(argv=None) -> int:

@@ -26,11 +26,10 @@ class ClusterConfig:
     workers: int | None = field(default=None, metadata=meta(
         "kind=local: worker processes (null = 2, or fewer on a machine with fewer cores); "
         "kind=local-cuda: at most this many GPUs (null = every visible GPU)", "processes", (1, 1024)))
-    threads_per_worker: int = field(default=2, metadata=meta(
+    threads_per_worker: int = field(default=1, metadata=meta(
         "tasks each local worker holds at once; they compute one at a time (the solvers use every core "
-        "or the whole GPU): a task waits for its maps to reach the disk after its turn, so a second "
-        "thread computes the next task meanwhile (1 = the solver idles during each task's writes)",
-        "threads", (1, 256)))
+        "or the whole GPU): more threads only hold the next task ready, which measured no faster on "
+        "the H100 (BENCHMARKS.md, session 12)", "threads", (1, 256)))
     cores_per_worker: int | None = field(default=None, metadata=meta(
         "kind=local: CPU cores (Numba threads) each worker's solvers use (null = the machine's cores "
         "shared among the workers; 1 with workers = N measures scale-out one core per worker)",

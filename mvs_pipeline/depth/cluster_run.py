@@ -1,33 +1,29 @@
 """The depth stage on a Dask cluster (`run --cluster`): one task per (pass, view).
 
-The passes form a graph, not a sequence of barriers: a task of pass k+1 depends only on the
-tasks of pass k whose maps it reads (stage.pass_view_inputs: a geometric pass its view's and its
-sources' maps, a finer scale's first pass its view's coarser maps), so a view starts its next
-pass as soon as those are on disk, while other views still finish pass k. Every task is submitted
-at the start; Dask runs each once its inputs are done, the earlier passes first. Each task
-computes one view exactly as the single-process stage does (stage.compute_view, same per-(pass,
-view) seed), so the maps are byte-identical to a single-process run on the same backend, whichever
-worker computes which view and in which order. Per pass, 2 x H100 and 80 x 1600x1200 (session
-11-12, with a barrier at every pass), the workers were busy only 77-85 % of the coarse passes and
-66-79 % on 4 GPUs: each pass waited for its slowest view, then flushed and checked.
+A pass is a barrier: a geometric pass reads its sources' maps of the previous pass, and a finer
+scale this view's maps of the coarser one, so pass k+1 is submitted once every task of pass k
+has finished and its maps are on disk. Each task computes one view exactly as the single-process
+stage does (stage.compute_view, same per-(pass, view) seed), so the maps are byte-identical to a
+single-process run on the same backend, whichever worker computes which view and in which order.
 
-A task returns once its maps are on disk (a task of another worker reads them there); it waits
-for its writes after its turn at the solver (WorkerCaches.compute_lock), so with two threads per
-worker (the default, cluster.threads_per_worker) the worker's next task computes meanwhile: the
-GPU does not sit idle while a view's ~40 MB of maps (1600x1200) reach the disk (waiting for them
-cost +143 % on one GPU, H200, 80 x 1600x1200). Maps a task reads come from the worker's own cache
-when it computed or read them before, else from the shared folder. So:
-  * a worker killed mid-task loses that task, which Dask reruns elsewhere (`retries`); a finished
-    task's maps are already on disk (Dask may still rerun it, if its small result died with the
-    worker before a dependent read it: the same seed writes the same bytes again);
-  * after the graph, the client checks that every map is on disk and computes any missing view
-    again, pass by pass (a worker that died while writing), then removes temporary files left;
+Writing overlaps computing, as in the single-process stage: a task queues its maps on the
+worker's background writer (8 threads, as the single-process stage's) and returns, so the GPU
+does not sit idle while a view's ~40 MB of maps (1600x1200) reach the disk: waiting for them cost
++143 % on one GPU, waiting for the previous view's +62 % (H200, 80 x 1600x1200). At the end of a
+pass every worker flushes its writer; then the client checks that every map of the pass is on
+disk and resubmits any view whose maps a dead worker took with it. So:
+  * a worker killed mid-pass loses its running task and the maps it had queued (at most the
+    writer's byte bound); Dask reruns the task elsewhere (`retries`), the end-of-pass check the rest;
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
-tasks of a run (client.worker_state). A worker's threads share those caches and take turns
-(WorkerCaches.compute_lock): one task computes at a time, as the solvers use every core or the
-whole GPU (a `dask worker` started with one thread per core would otherwise run that many solvers
-against each other, each with its own caches).
+tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
+A worker's threads share those caches and take turns (WorkerCaches.compute_lock): one task
+computes at a time, as the solvers use every core or the whole GPU (a `dask worker` started with
+one thread per core would otherwise run that many solvers against each other, each with its own
+caches). A second thread holds the next task ready, hiding Dask's ~1.4 ms between a worker's
+tasks (H100, 40 x 1600x1200: 0.31-0.39 s of idle spans over 240 tasks down to 0.08-0.14 s), but
+the depth stage was no faster: the GPU was still busy with the previous task's queued work
+during those gaps (session 12, BENCHMARKS.md), so one thread stays the default.
 The workers start decoding the scene's images as soon as the load stage has prepared them
 (prefetch_images_on_workers), while the client selects views: at 3200x2130 decoding in the first
 pass took ~3 s of a 10.6 s depth stage on 4 GPUs.
@@ -57,7 +53,7 @@ from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_locality import worker_blocks
 from .passes import DepthPass
-from .stage import Profile, ViewCaches, compute_view, pass_view_inputs, pending_views, plan_depth_run
+from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
 
 log = logging.getLogger(__name__)
@@ -173,11 +169,9 @@ class WorkerCaches:
             self.textures.release()
 
 
-def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = (), after=()) -> dict:
-    """One (pass, view) on a worker; returns once its maps are on disk. `pass_views`: the views of
-    this pass hinted to the same worker; `after`: the results of the tasks whose maps this one
-    reads (only there so that Dask runs it after them)."""
-    del after
+def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
+    """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
+    waits for them). `pass_views`: the views of this pass hinted to the same worker."""
     state = worker_state(job.token, lambda: WorkerCaches(job))
     with state.compute_lock:   # a task on the worker's other thread waits here for its turn
         t0, started = time.perf_counter(), time.time()
@@ -194,19 +188,13 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
             state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
         prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
         prof.seconds["task_setup"] = time.perf_counter() - t0
-        written = compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir,
-                               job.backend, state.caches, prof)
-        valid = state.new_valid_pixels()   # of the writes the writer has accounted for so far
+        compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
+                     state.caches, prof)
+        valid = state.new_valid_pixels()
         seconds, ended = time.perf_counter() - t0, time.time()
-    # after its turn: the worker's other thread computes while this one waits for the disk
-    t_wait = time.perf_counter()
-    written.result()   # re-raises a failed write (full disk, a deferred input check)
-    prof.seconds["wait_for_own_writes"] = time.perf_counter() - t_wait
     # "seconds" and "span": the task's turn on the worker, not its wait for another thread's task
-    # or for its writes (flush_workers reports the valid depths not accounted for by then)
     return {"worker": worker_name(), "seconds": seconds, "valid_pixels": valid,
-            "seconds_by_category": prof.seconds, "span": (started, ended), "pass": job.passes[pass_index].id,
-            "view": ref}
+            "seconds_by_category": prof.seconds, "span": (started, ended)}
 
 
 def _flush_worker_states(token: str, pass_index: int, dask_worker) -> tuple[int, float]:
@@ -274,30 +262,35 @@ def _job(client, cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass],
                     _workers_per_host(client))
 
 
-def _record_result(result: dict, workers: dict, submitted: float) -> None:
-    """Add one task's result to the per-worker counts: tasks, seconds, seconds by category and
-    its span (pass id, start, end in seconds from `submitted`, view_idx: gaps between a worker's
-    spans are time its GPU had no task: scheduling, imbalance, a pass's inputs not yet written)."""
-    w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
-    w["tasks"] += 1
-    w["seconds"] = round(w["seconds"] + result["seconds"], 3)
-    by_category = w.setdefault("seconds_by_category", {})
-    for k, v in result.get("seconds_by_category", {}).items():
-        by_category[k] = round(by_category.get(k, 0.0) + v, 4)
-    w.setdefault("spans", []).append((result["pass"], round(result["span"][0] - submitted, 3),
-                                      round(result["span"][1] - submitted, 3), result["view"]))
-
-
-def _wait_all(client, futures: list, desc: str, progress: bool, workers: dict, submitted: float,
-              on_task_done) -> tuple[int, int]:
-    """Wait for every future (cancelling all on an error): (tasks done, valid depths reported)."""
+def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
+                    attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
+    """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
+    reported); per-worker task counts, seconds and task spans into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
+    submitted = time.time()
+    block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
+    for ref in pending:
+        block.setdefault(hints.get(ref), []).append(ref)
+    futures = [client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]),
+                             key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
+                             **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
+               for ref in pending]
     done, valid = 0, 0
     try:
-        for fut in tqdm(as_completed(futures), total=len(futures), desc=desc, unit="view", disable=not progress):
+        for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
+                        unit="view", disable=not progress):
             result = fut.result()
-            _record_result(result, workers, submitted)
+            w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
+            w["tasks"] += 1
+            w["seconds"] = round(w["seconds"] + result["seconds"], 3)
+            by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
+            for k, v in result.get("seconds_by_category", {}).items():
+                by_category[k] = round(by_category.get(k, 0.0) + v, 4)
+            # (pass, start, end) per task, seconds from the pass's submission: gaps between a
+            # worker's tasks are time its GPU had no task (scheduling, imbalance, the barrier)
+            w.setdefault("spans", []).append((pss.id, round(result["span"][0] - submitted, 3),
+                                              round(result["span"][1] - submitted, 3)))
             done += 1
             valid += result["valid_pixels"]
             if on_task_done is not None:
@@ -306,66 +299,6 @@ def _wait_all(client, futures: list, desc: str, progress: bool, workers: dict, s
         client.cancel(futures)
         raise
     return done, valid
-
-
-def _submit(client, job: DepthJob, job_ref, pss: DepthPass, ref: int, block: dict, hints: dict[int, str],
-            after: list, attempt: int, retries: int):
-    return client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]), after,
-                         key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
-                         **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
-
-
-def _blocks(pending: list[int], hints: dict[int, str]) -> dict:
-    """The views of a pass hinted to each worker: what its first task of the pass starts decoding."""
-    block: dict = {}
-    for ref in pending:
-        block.setdefault(hints.get(ref), []).append(ref)
-    return block
-
-
-def _run_graph(client, job: DepthJob, job_ref, pending: dict[int, list[int]], hints: dict[int, str],
-               retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
-    """Submit every pending (pass, view) task at once, each depending on the pending tasks whose
-    maps it reads (maps already on disk need no task), and wait for all: (tasks, valid depths)."""
-    submitted = time.time()
-    futures: dict[tuple[int, int], object] = {}
-    for pss in job.passes:
-        views = pending.get(pss.index, [])
-        block = _blocks(views, hints)
-        for ref in views:
-            after = [futures[(pss.index - 1, v)] for v in pass_view_inputs(job.passes, pss.index, ref, job.sel)
-                     if (pss.index - 1, v) in futures]
-            futures[(pss.index, ref)] = _submit(client, job, job_ref, pss, ref, block, hints, after, 0, retries)
-    if not futures:
-        return 0, 0
-    return _wait_all(client, list(futures.values()), "depth (cluster)", progress, workers, submitted, on_task_done)
-
-
-def _repair_pass(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
-                 attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
-    """Compute the views of one pass whose maps are missing after the graph (lost with a worker)."""
-    block = _blocks(pending, hints)
-    futures = [_submit(client, job, job_ref, pss, ref, block, hints, [], attempt, retries) for ref in pending]
-    return _wait_all(client, futures, f"depth {pss.id} (cluster, again)", progress, workers, time.time(),
-                     on_task_done)
-
-
-def _pass_spans(workers: dict) -> dict[str, list[float]]:
-    """{pass id: [first task start, last task end]} in seconds from the graph's submission."""
-    spans: dict[str, list[float]] = {}
-    for w in workers.values():
-        for pass_id, start, end, _ in w.get("spans", []):
-            s = spans.setdefault(pass_id, [start, end])
-            s[0], s[1] = min(s[0], start), max(s[1], end)
-    return spans
-
-
-def _cluster_error(out_dir: Path, exc: Exception) -> MVSError:
-    what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
-    if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
-        what = "lost the connection to the Dask scheduler"
-    return MVSError(f"{out_dir}: the depth stage failed on the cluster ({type(exc).__name__}: {what}); "
-                    f"the maps finished so far are kept: rerun the same command to resume")
 
 
 def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str, client,
@@ -379,50 +312,55 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
     # sent to every worker once, not pickled into each of the (passes x views) tasks
     job_ref = client.scatter(job, broadcast=True, hash=False)
-    pending = {pss.index: pending_views(scene, todo, pss, overwrite) for pss in passes}
-    resumed = sum(len(todo) - len(v) for v in pending.values())
+    computed, resumed, valid = 0, 0, 0
+    seconds: dict[str, float] = {}
+    phases: dict[str, dict] = {}   # per pass: tasks (submission to last result), flush, check seconds
     workers: dict[str, dict] = {}
-    phases: dict[str, float] = {}
-    try:
-        t0 = time.perf_counter()
-        computed, valid = _run_graph(client, job, job_ref, pending, hints, retries, progress, workers, on_task_done)
-        t1 = time.perf_counter()
-        flushed_valid, slowest_flush = flush_workers(client, job.token, len(passes) - 1)
-        valid += flushed_valid
-        t2 = time.perf_counter()
-        phases.update(graph=round(t1 - t0, 3), flush=round(t2 - t1, 3), slowest_worker_flush=round(slowest_flush, 3))
-        # no writer is busy now: a worker killed while writing left its temporary file
-        for path in remove_leftovers(job.out_dir / "stereo"):
-            log.info("depth: removed %s, left by a worker that died while writing it", path)
-        # maps lost with a worker (Dask reran its running task, not the writes it had not finished)
-        for pss in passes:
-            missing = [ref for ref in pending[pss.index] if not pss.done(scene.views[ref].name)]
-            for attempt in range(1, retries + 2):
-                if not missing:
-                    break
-                log.warning("depth: pass %s: the maps of %d view(s) were lost with a worker; computing them again",
-                            pss.id, len(missing))
-                tasks, task_valid = _repair_pass(client, job, job_ref, pss, missing, hints, attempt, retries,
-                                                 progress, workers, on_task_done)
-                flushed_valid, _ = flush_workers(client, job.token, len(passes) - 1)
+    for pss in passes:
+        pending = pending_views(scene, todo, pss, overwrite)
+        resumed += len(todo) - len(pending)
+        if not pending:
+            continue
+        start = time.perf_counter()
+        try:
+            for attempt in range(retries + 1):
+                t_tasks = time.perf_counter()
+                tasks, task_valid = _run_pass_tasks(client, job, job_ref, pss, pending, hints, attempt, retries,
+                                                    progress, workers, on_task_done)
+                t_flush = time.perf_counter()
+                flushed_valid, slowest_flush = flush_workers(client, job.token, pss.index)
+                t_check = time.perf_counter()
+                # no writer is busy now: a worker killed while writing left its temporary file
+                for path in remove_leftovers(job.out_dir / "stereo"):
+                    log.info("depth: removed %s, left by a worker that died while writing it", path)
                 computed += tasks
                 valid += task_valid + flushed_valid
-                missing = [ref for ref in missing if not pss.done(scene.views[ref].name)]
-            if missing:
-                raise MVSError(f"{out_dir}: depth pass {pss.id}: the maps of {len(missing)} view(s) were lost "
+                pending = [ref for ref in pending if not pss.done(scene.views[ref].name)]
+                phase = phases.setdefault(pss.id, {"tasks": 0.0, "flush": 0.0, "slowest_worker_flush": 0.0,
+                                                   "check": 0.0})
+                phase["tasks"] = round(phase["tasks"] + t_flush - t_tasks, 3)
+                phase["flush"] = round(phase["flush"] + t_check - t_flush, 3)
+                phase["slowest_worker_flush"] = round(phase["slowest_worker_flush"] + slowest_flush, 3)
+                phase["check"] = round(phase["check"] + time.perf_counter() - t_check, 3)
+                if not pending:
+                    break
+                log.warning("depth: pass %s: the maps of %d view(s) were lost with a worker; computing them again",
+                            pss.id, len(pending))
+            if pending:
+                raise MVSError(f"{out_dir}: depth pass {pss.id}: the maps of {len(pending)} view(s) were lost "
                                f"{retries + 1} times; rerun the same command to resume")
-        phases["check"] = round(time.perf_counter() - t2, 3)
-    except MVSError:
-        raise
-    except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
-        raise _cluster_error(out_dir, exc) from exc
-    spans = _pass_spans(workers)
+        except MVSError:
+            raise
+        except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
+            what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
+            if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
+                what = "lost the connection to the Dask scheduler"
+            raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {what}); "
+                           f"the maps finished so far are kept: rerun the same command to resume") from exc
+        seconds[pss.id] = time.perf_counter() - start
     return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
             "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid,
-            # passes overlap on a cluster: a pass's seconds run from its first task's start to its last's end
-            "depth_pass_seconds": {k: round(b - a, 3) for k, (a, b) in spans.items()},
-            "depth_cluster_pass_spans": spans, "depth_cluster_phases": phases,
-            "depth_cluster_workers": workers}
+            "depth_pass_seconds": seconds, "depth_cluster_pass_phases": phases, "depth_cluster_workers": workers}
 
 
 def run(ctx) -> None:

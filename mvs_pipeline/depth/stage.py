@@ -288,11 +288,10 @@ class ViewCaches:
 
 
 def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[DepthPass], pass_index: int,
-                 out_dir: Path, backend: str, caches: ViewCaches, prof: Profile):
+                 out_dir: Path, backend: str, caches: ViewCaches, prof: Profile) -> None:
     """One (pass, view): PatchMatch from this pass's inputs, maps queued on `caches.writer` and
-    kept in `caches.maps`; returns the write's Future (done once the files are on disk). The seed
-    depends only on (cfg.seed, view_idx, pass), so the maps do not depend on which process computes
-    them or in which order."""
+    kept in `caches.maps`. The seed depends only on (cfg.seed, view_idx, pass), so the maps do not
+    depend on which process computes them or in which order."""
     pss = passes[pass_index]
     previous = _previous_pass(passes, pss)
     on_gpu = backend == "cuda"
@@ -313,25 +312,12 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
                                  backend=backend, keep_on_device=on_gpu)
         prof.stop("postfilter")
     preview = (Path(out_dir) / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
-    written = caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
+    caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
     caches.maps.put(pss.map_path("depth", name), depth)
     caches.maps.put(pss.map_path("normal", name), result.normal)
     if pass_index + 1 < len(passes) and passes[pass_index + 1].planar:   # the planar pass reads it
         caches.maps.put(pss.map_path("cost", name), result.cost)
     prof.stop("queue_writes")
-    return written
-
-
-def pass_view_inputs(passes: list[DepthPass], pass_index: int, ref: int, sel: ViewSelection) -> list[int]:
-    """The views whose maps of the previous pass compute_view reads for (pass, ref): its own (the
-    start, or the coarser scale to upsample) and, for geometric and planar passes, its sources'.
-    What lets the cluster start a view's next pass as soon as these are written (cluster_run.py)."""
-    pss = passes[pass_index]
-    if pss.index == 0:
-        return []
-    if pss.kind == "photometric" and not pss.planar:   # a finer scale's first pass: this view's maps only
-        return [ref]
-    return [ref, *sel.neighbors[ref]]
 
 
 def _max_cost(cfg) -> float:

@@ -86,11 +86,10 @@ class MapWriter:
         self.valid_pixels = 0     # positive depths in the final maps written
 
     def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None,
-               checks=()):
+               checks=()) -> None:
         """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
         the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
-        which must pass before the maps are written. Returns the write's Future: its `result()`
-        waits for the files (any thread may wait on it; the bookkeeping stays with flush)."""
+        which must pass before the maps are written."""
         maps, event = start_download(depth, normal, cost)
 
         def job():
@@ -109,12 +108,10 @@ class MapWriter:
             return time.perf_counter() - t0, valid
 
         paths = frozenset(pss.map_path(kind, name) for kind in MAP_KINDS)
-        future = self._pool.submit(job)
-        self._pending.append((future, maps.nbytes, paths))
+        self._pending.append((self._pool.submit(job), maps.nbytes, paths))
         self._pending_bytes += maps.nbytes
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
             self._wait_oldest()
-        return future
 
     def _wait_oldest(self) -> None:
         fut, nbytes, _ = self._pending.popleft()
