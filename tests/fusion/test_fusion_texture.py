@@ -46,8 +46,11 @@ def test_min_texture_blocks_flat_pixels_as_reference_and_as_support(tmp_path):
     flat = local_grey_std(bgr) < 2.0
     assert flat[:, : W // 2 - TEXTURE_WINDOW // 2].all() and not flat[:, W // 2 + TEXTURE_WINDOW // 2:].any()
 
-    before, _ = _fuse(scene, sel, tmp_path)
+    before, _ = _fuse(scene, sel, tmp_path, min_texture=0.0)
     assert (before[0].pixel % W < W // 2).sum() > 100  # without the check the flat half is fused
+    default, _ = _fuse(scene, sel, tmp_path)   # the default, 1 grey level, blocks it too (its std is 0)
+    assert not (local_grey_std(bgr) < 1.0).ravel()[default[0].pixel].any()
+    assert (default[0].pixel % W < W // 2 - TEXTURE_WINDOW // 2).sum() == 0
 
     chunks, stats = _fuse(scene, sel, tmp_path, min_texture=2.0)
     ref0 = chunks[0]
