@@ -12,8 +12,9 @@ ground truth: gt/depth/*.npy per view and the ETH3D scans), three breakdowns:
              the share with a depth, within TOL, within 1 %
   missed     a sample of the scan points that no fused point covers within TOL, classified by
              what the views had there: seen by fewer than two views (no method can), no view
-             with a depth within TOL, one such view (fusion needs an agreeing neighbour), or two
-             or more (fusion dropped a surface the maps had right); the same for covered points
+             whose depth at the point's pixel is within TOL of the true depth there, one such
+             view (fusion needs an agreeing neighbour), or two or more (fusion dropped a surface
+             the maps had right); the same for covered points
 
     python scripts/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
 """
@@ -111,7 +112,8 @@ def depth_breakdown(ours, truth, tol: float) -> list[dict]:
             continue
         n = int(sel.sum())
         # relative error with its sign (est - gt) / gt where within 2 %: a bias shows in its median
-        rel = ((est - gt) / gt)[sel & has & (err <= 0.02 * gt)]
+        near = sel & has & (err <= 0.02 * gt)
+        rel = (est[near] - gt[near]) / gt[near]
         q = np.percentile(np.abs(rel), [50, 75, 90]) if len(rel) else [np.nan] * 3
         rows.append({"depth": bin_label(lo, hi), "pixels": n, "with_depth": float((sel & has).sum() / n),
                      "within_tol": float((sel & has & (err <= tol)).sum() / n),
@@ -136,7 +138,9 @@ def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> 
         mine = np.zeros(len(points))
         mine[inside] = est[rows, cols]
         seen += visible
-        right += visible & (np.abs(mine - z) <= tol)
+        # right: this view's depth at the pixel within tol of the true depth there (not of the
+        # point's own depth: on grazing ground one pixel spans more than 2 cm of depth)
+        right += visible & (np.abs(mine - surface) <= tol)
     classes = {"seen_by_fewer_than_2": seen < 2, "no_view_right": (seen >= 2) & (right == 0),
                "one_view_right": (seen >= 2) & (right == 1), "two_or_more_right": (seen >= 2) & (right >= 2)}
     return {k: float(m.sum() / max(1, len(points))) for k, m in classes.items()}
