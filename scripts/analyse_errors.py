@@ -17,6 +17,8 @@ ground truth: gt/depth/*.npy per view and the ETH3D scans), three breakdowns:
              the maps had right); the same for covered points
 
     python scripts/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
+
+prints the breakdowns as text tables; --json keeps every number.
 """
 
 from __future__ import annotations
@@ -168,11 +170,29 @@ def main(argv=None) -> int:
         idx = np.flatnonzero(mask)
         idx = rng.choice(idx, min(len(idx), args.sample), replace=False) if len(idx) else idx
         out[name] = classify_scan_points(scene, ours, truth, gt[idx], tol)
-    text = json.dumps(out, indent=1, default=float)
-    print(text)
+    print(summary(out, tol))
     if args.json:
-        args.json.write_text(text)
+        args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0
+
+
+def summary(out: dict, tol: float) -> str:
+    """The breakdowns as short text tables (the JSON holds every number)."""
+    cm = f"{tol * 100:g} cm"
+    e = out["eth3d"]
+    lines = [f"fused.ply: {out['points']:,} points; ETH3D @{cm}: accuracy {e['accuracy']:.4f}, completeness "
+             f"{e['completeness']:.4f}, F1 {e['f1']:.4f}; within {cm} (unweighted) {out['accurate_unweighted']:.3f} "
+             f"of {out['judged']:,} judged points",
+             "points by agreeing views:  " + "  ".join(f"{r['views']}: {r['accurate']:.3f} ({r['points']:,})"
+                                                      for r in out["by_views"]),
+             "points by depth:           " + "  ".join(f"{r['depth']}: {r['accurate']:.3f}" for r in out["by_depth"]),
+             f"depth maps, by true depth: within {cm} / within 1 % / median signed relative error"]
+    lines += [f"  {r['depth']:>9}: {r['within_tol']:.3f} / {r['within_1pct']:.3f} / {r['signed_rel_median']:+.2e}"
+              for r in out["depth"]]
+    for name in ("missed", "covered"):
+        share = f" ({out['missed_share']:.3f} of the scan points)" if name == "missed" else ""
+        lines.append(f"{name} scan surface{share}: " + ", ".join(f"{k} {v:.3f}" for k, v in out[name].items()))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
