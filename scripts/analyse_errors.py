@@ -38,7 +38,7 @@ from mvs_pipeline.io.colmap_maps import read_depth_map  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.io.vis_file import colmap_image_indices  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
-from mvs_pipeline.synth.oracle import SEEN_RELATIVE_TOLERANCE  # noqa: E402
+from mvs_pipeline.synth.oracle import gt_depth, seen_pixels  # noqa: E402
 
 DEPTH_BINS = (0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 25.0, np.inf)   # metres (synthetic scenes)
 ACCURATE, INACCURATE = 0, 1   # eth3d.classify_accuracy's classes (UNOBSERVED = 2)
@@ -69,9 +69,10 @@ def point_breakdown(scene, run: Path, scans, tol: float) -> dict:
     good = pts["recon_best_dist2"] <= tol * tol
     counts, refs = read_vis(run / "fused.ply.vis")
     view_of_index = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))  # COLMAP index -> view_idx
+    ref_views = view_of_index[refs]
     depth = np.zeros(len(xyz))
-    for view_idx in np.unique(view_of_index[refs]):
-        sel = view_of_index[refs] == view_idx
+    for view_idx in np.unique(ref_views):
+        sel = ref_views == view_idx
         depth[sel] = scene.views[view_idx].world_to_cam(xyz[sel])[:, 2]
     out = {"eth3d": {k: res[k][0] for k in ("accuracy", "completeness", "f1")}, "points": len(xyz),
            "judged": int(judged.sum()), "accurate_unweighted": float(good.sum() / max(1, judged.sum())),
@@ -97,7 +98,7 @@ def load_maps(scene, run: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     ours, truth = [], []
     for v in scene.views:
         ours.append(read_depth_map(found[v.name]) if v.name in found else np.zeros((v.height, v.width), np.float32))
-        truth.append(np.load(gt_dir / f"{Path(v.name).stem}.npy").astype(np.float64))
+        truth.append(gt_depth(gt_dir, v).astype(np.float64))
     return ours, truth
 
 
@@ -130,19 +131,11 @@ def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> 
     seen = np.zeros(len(points), np.int32)
     right = np.zeros(len(points), np.int32)
     for view, est, gt in zip(scene.views, ours, truth):
-        uv, z = view.project(points)
-        u, v = uv[:, 0], uv[:, 1]
-        inside = (z > 0) & (u >= 0) & (u < view.width) & (v >= 0) & (v < view.height)
-        cols, rows = u[inside].astype(np.int64), v[inside].astype(np.int64)
-        surface = np.zeros(len(points))
-        surface[inside] = gt[rows, cols]
-        visible = inside & (np.abs(surface - z) <= SEEN_RELATIVE_TOLERANCE * z)
-        mine = np.zeros(len(points))
-        mine[inside] = est[rows, cols]
+        visible, rows, cols = seen_pixels(view, gt, points)
         seen += visible
         # right: this view's depth at the pixel within tol of the true depth there (not of the
         # point's own depth: on grazing ground one pixel spans more than 2 cm of depth)
-        right += visible & (np.abs(mine - surface) <= tol)
+        right += visible & (np.abs(est[rows, cols] - gt[rows, cols]) <= tol)
     classes = {"seen_by_fewer_than_2": seen < 2, "no_view_right": (seen >= 2) & (right == 0),
                "one_view_right": (seen >= 2) & (right == 1), "two_or_more_right": (seen >= 2) & (right >= 2)}
     return {k: float(m.sum() / max(1, len(points))) for k, m in classes.items()}

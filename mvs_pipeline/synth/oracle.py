@@ -21,7 +21,8 @@ from ..errors import MVSError
 SEEN_RELATIVE_TOLERANCE = 0.01
 
 
-def _gt_depth(gt_depth_dir: Path, view) -> np.ndarray:
+def gt_depth(gt_depth_dir: Path, view) -> np.ndarray:
+    """[H, W] ground-truth z-depth of `view` (0 where its ray hits nothing), size checked."""
     path = Path(gt_depth_dir) / f"{Path(view.name).stem}.npy"
     if not path.is_file():
         raise MVSError(f"{path}: ground-truth depth of image '{view.name}' not found (made by `mvs-pipeline synth`)")
@@ -42,21 +43,23 @@ def _back_project(view, depth: np.ndarray, stride: int) -> np.ndarray:
     return (camera - view.t) @ view.R                                             # R^T (x - t)
 
 
-def _seen_by(view, depth: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """[N] bool: the view sees each point (in front, inside the image, not hidden)."""
+def seen_pixels(view, depth: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([N] bool: the view sees each point (in front, inside the image, not hidden), [N] rows,
+    [N] columns of the pixel each point falls in (0 where it falls outside the image))."""
     uv, z = view.project(points)
     u, v = uv[:, 0], uv[:, 1]
     inside = (z > 0) & (u >= 0) & (u < depth.shape[1]) & (v >= 0) & (v < depth.shape[0])
-    surface = np.zeros(len(points))
-    surface[inside] = depth[v[inside].astype(np.int64), u[inside].astype(np.int64)]
-    return inside & (np.abs(surface - z) <= SEEN_RELATIVE_TOLERANCE * z)
+    rows, cols = np.zeros(len(points), np.int64), np.zeros(len(points), np.int64)
+    rows[inside], cols[inside] = v[inside].astype(np.int64), u[inside].astype(np.int64)
+    surface = np.where(inside, depth[rows, cols], 0.0)
+    return inside & (np.abs(surface - z) <= SEEN_RELATIVE_TOLERANCE * z), rows, cols
 
 
 def oracle_cloud(scene, gt_depth_dir: Path, min_views: int = 2, max_points: int = 10_000_000) -> np.ndarray:
     """[N, 3] float64 world points: the ground-truth depth of every view's pixels (every stride-th
     pixel when all of them would exceed `max_points`), kept where >= `min_views` views see them.
     `scene`: a scene.Scene (its views' name, size, K, R, t and project; x_camera = R x_world + t)."""
-    depths = [_gt_depth(gt_depth_dir, v) for v in scene.views]
+    depths = [gt_depth(gt_depth_dir, v) for v in scene.views]
     pixels = sum(int((d > 0).sum()) for d in depths)
     stride = max(1, int(np.ceil(np.sqrt(pixels / max_points))))
     points = np.concatenate([_back_project(v, d, stride) for v, d in zip(scene.views, depths)])
@@ -64,5 +67,5 @@ def oracle_cloud(scene, gt_depth_dir: Path, min_views: int = 2, max_points: int 
         return points
     seen = np.zeros(len(points), np.int32)
     for view, depth in zip(scene.views, depths):
-        seen += _seen_by(view, depth, points)
+        seen += seen_pixels(view, depth, points)[0]
     return points[seen >= min_views]
