@@ -82,35 +82,21 @@ def consistent_views(K: np.ndarray, xs, ys, depth: np.ndarray, sources: list[Sou
 
 def support_points(depth: np.ndarray, cost: np.ndarray, K: np.ndarray, settings: PriorSettings,
                    sources: list[SourceMaps] | None) -> tuple[np.ndarray, np.ndarray]:
-    """(xs, ys) int64 of the support points, by cell: per grid x grid cell the lowest-cost reliable
-    pixel that enough sources confirm (ties: row-major order). The sources are asked cell by cell,
-    best candidate first, and only until one passes: most cells' first candidate does, so ~1/grid^2
-    of the reliable pixels are checked instead of all (800x600, 7 sources: 0.39 s for all of them
-    on the CPU machine)."""
+    """(xs, ys) int64 of the support points: reliable pixels, the lowest cost per grid cell."""
     H, W = depth.shape
     reliable = np.isfinite(depth) & (depth > 0) & (cost < settings.max_cost)
     ys, xs = np.nonzero(reliable)
+    if sources and settings.min_consistent > 0 and len(xs):
+        keep = consistent_views(K, xs, ys, depth[ys, xs].astype(np.float64), sources,
+                                settings.max_reproj_error) >= settings.min_consistent
+        xs, ys = xs[keep], ys[keep]
     g = settings.grid
     cell = (ys // g) * ((W + g - 1) // g) + xs // g
-    order = np.lexsort((cost[ys, xs], cell))                               # by cell, then cost (stable)
-    xs, ys, cell = xs[order], ys[order], cell[order]
-    starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]]) if len(cell) else np.zeros(0, np.int64)
-    if not (sources and settings.min_consistent > 0 and len(xs)):
-        return xs[starts], ys[starts]
-    ends = np.r_[starts[1:], len(cell)]
-    picked = np.full(len(starts), -1, np.int64)
-    open_cells = np.arange(len(starts))
-    for rank in range(int((ends - starts).max())):                        # the k-th best of each open cell
-        open_cells = open_cells[starts[open_cells] + rank < ends[open_cells]]
-        if not open_cells.size:
-            break
-        idx = starts[open_cells] + rank
-        ok = consistent_views(K, xs[idx], ys[idx], depth[ys[idx], xs[idx]].astype(np.float64), sources,
-                              settings.max_reproj_error) >= settings.min_consistent
-        picked[open_cells[ok]] = idx[ok]
-        open_cells = open_cells[~ok]
-    picked = picked[picked >= 0]
-    return xs[picked], ys[picked]
+    order = np.lexsort((cost[ys, xs], cell))                               # by cell, then cost
+    first = np.ones(len(order), bool)
+    first[1:] = cell[order][1:] != cell[order][:-1]
+    pick = order[first]
+    return xs[pick], ys[pick]
 
 
 def build_planar_prior(depth: np.ndarray, normal: np.ndarray, cost: np.ndarray, K: np.ndarray,

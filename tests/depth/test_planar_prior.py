@@ -9,13 +9,7 @@ import pytest
 from mvs_pipeline.cli import main
 from mvs_pipeline.depth.params import DepthConfig
 from mvs_pipeline.depth.passes import plan_passes
-from mvs_pipeline.depth.planar_prior import (
-    PriorSettings,
-    SourceMaps,
-    build_planar_prior,
-    consistent_views,
-    support_points,
-)
+from mvs_pipeline.depth.planar_prior import PriorSettings, SourceMaps, build_planar_prior, consistent_views
 
 K = np.array([[200.0, 0, 80.0], [0, 200.0, 60.0], [0, 0, 1]])
 H, W = 120, 160
@@ -87,46 +81,6 @@ def test_support_points_need_consistent_sources():
     with_bad = build_planar_prior(DEPTH, np.zeros((H, W, 3)), cost, K, need,
                                   [SourceMaps(src_depth * 1.1, K, R, t)])[0]
     assert (with_good[..., 3] > 0).mean() > 0.5 and not with_bad.any()
-
-
-def _support_points_reference(depth, cost, settings, sources):
-    """Every reliable pixel checked against the sources, then the lowest cost per cell (the
-    straightforward order that support_points avoids)."""
-    ys, xs = np.nonzero(np.isfinite(depth) & (depth > 0) & (cost < settings.max_cost))
-    if sources and settings.min_consistent > 0:
-        keep = consistent_views(K, xs, ys, depth[ys, xs].astype(np.float64), sources,
-                                settings.max_reproj_error) >= settings.min_consistent
-        xs, ys = xs[keep], ys[keep]
-    g = settings.grid
-    cell = (ys // g) * ((W + g - 1) // g) + xs // g
-    order = np.lexsort((cost[ys, xs], cell))
-    first = np.r_[True, cell[order][1:] != cell[order][:-1]] if len(order) else np.zeros(0, bool)
-    return xs[order[first]], ys[order[first]]
-
-
-@pytest.mark.parametrize("seed", [3, 4, 5])
-def test_support_points_equal_checking_every_reliable_pixel(seed):
-    """Asking the sources cell by cell, best first, picks what checking every pixel picks: two
-    sources whose maps are each right on a random half of the image and 20 % off on the rest,
-    costs with ties (quantised), grids of 1, 5 and 7 px, one or two confirming sources."""
-    rng = np.random.default_rng(seed)
-    a = np.radians(6.0)
-    R = np.array([[np.cos(a), 0, np.sin(a)], [0, 1, 0], [-np.sin(a), 0, np.cos(a)]])
-    t = np.array([-0.3, 0.02, 0.05])
-    n_src = R @ N
-    plane = _plane_depth(n_src, 3.0 - n_src @ t)
-    src, src2 = (plane * np.where(rng.uniform(size=(H, W)) < 0.5, 1.0, 1.2).astype(np.float32) for _ in range(2))
-    depth = DEPTH * np.where(rng.uniform(size=(H, W)) < 0.7, 1.0, 0.8).astype(np.float32)
-    depth[rng.uniform(size=(H, W)) < 0.05] = 0.0
-    cost = np.round(rng.uniform(0, 0.2, (H, W)), 2).astype(np.float32)
-    sources = [SourceMaps(src, K, R, t), SourceMaps(src2, K, R, t)]   # each right on its own random half
-    for grid, need in ((1, 1), (5, 1), (7, 1), (5, 2), (5, 0)):
-        settings = PriorSettings(0.1, grid, 60.0, need, 1.0)
-        got = support_points(depth, cost, K, settings, sources)
-        want = _support_points_reference(depth, cost, settings, sources)
-        assert len(want[0]) > 50
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_plan_with_planar_pass(tmp_path):
