@@ -10,6 +10,7 @@ errors that name the dotted key, the value and the file (or `--set`) it came fro
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -111,6 +112,9 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     """Check `value` against type `tp`; return (ok, converted value)."""
     origin = get_origin(tp)
@@ -131,6 +135,8 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return True, float(value)
+        if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+            return True, float(value)   # YAML 1.1 reads 1e-4 (no dot) as a string
         return False, value
     if tp is str:
         return isinstance(value, str), value

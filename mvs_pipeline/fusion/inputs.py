@@ -20,6 +20,8 @@ Textureless pixels (`min_texture`): where the image's grey levels vary less than
 (standard deviation over the TEXTURE_WINDOW x TEXTURE_WINDOW neighbourhood, the PatchMatch window's
 size), a matching cost measures noise, and two views agreeing there by chance put floaters in the
 sky. Such pixels are blocked like masked ones: neither a reference pixel nor an agreeing neighbour.
+Speckles (`min_segment`, speckles.py): pixels of small depth-map segments, found among the pixels
+left after masks and min_texture, are blocked the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from ..errors import MVSError
 from ..io.colmap_maps import read_depth_map, read_normal_map
 from ..scene.scene import Scene
+from .speckles import min_segment_pixels, small_segments
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class HostView:
     valid_pixels: int  # pixels with a positive finite depth (masked ones included)
     masked_pixels: int
     textureless_pixels: int = 0  # blocked by min_texture (masked ones not counted again)
+    speckle_pixels: int = 0  # blocked by min_segment (pixels with depth only; others not counted again)
 
     @property
     def nbytes(self) -> int:
@@ -161,7 +165,10 @@ def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
     return np.sqrt(np.maximum(mean_sq - mean * mean, 0.0)).astype(np.float32)
 
 
-def load_view(inp: ViewInputs, min_texture: float = 0.0) -> HostView:
+def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
+              segment_depth_step: float = 0.02) -> HostView:
+    """One view's maps, colours and blocked pixels (mask, min_texture, then min_segment: a share of
+    the image's pixels; segment_depth_step: the relative depth step that still joins neighbours)."""
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -187,5 +194,11 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0) -> HostView:
         flat = (local_grey_std(bgr) < min_texture) & (blocked == 0)
         blocked[flat] = 1
         textureless = int(np.count_nonzero(flat))
+    speckles = 0
+    if min_segment > 0:
+        small = small_segments(depth, blocked == 0, min_segment_pixels(min_segment, inp.width, inp.height),
+                               segment_depth_step)
+        blocked[small] = 1
+        speckles = int(np.count_nonzero(small))
     valid = int(np.count_nonzero(depth > 0))
-    return HostView(depth, normal, color, blocked, valid, masked, textureless)
+    return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles)

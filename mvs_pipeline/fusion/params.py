@@ -64,6 +64,14 @@ class FusionConfig:
         "ignore pixels whose 11x11 neighbourhood in the image has a grey-level standard deviation below this "
         "(textureless sky and blank walls, where matching costs are noise; 0 = keep all)", "grey levels 0-255",
         (0.0, 255.0)))
+    # Off until measured (issue #16, session 14): see BENCHMARKS.md.
+    min_segment: float = field(default=0.0, metadata=meta(
+        "ignore pixels of depth-map segments smaller than this share of the image's pixels (speckles: "
+        "floaters in the sky; 1e-4 = 640 px of a 2947x2173 image, 8 px of 320x240; 0 = keep all)",
+        "fraction of the image's pixels", (0.0, 0.1)))
+    segment_depth_step: float = field(default=0.02, metadata=meta(
+        "neighbouring pixels belong to one segment of min_segment when their depths differ by less than "
+        "this, relative", "fraction", (0.0001, 1.0)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -211,9 +212,9 @@ def make_engine(backend: str):
 
 class _ViewCache:
     def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, stats: dict, min_texture: float = 0.0):
+                 prefetch: int, stats: dict, load=load_view):
         self.engine = engine
-        self.min_texture = min_texture
+        self.load = load   # inputs -> HostView (load_view with the config's pixel filters)
         self.inputs = inputs
         self.plan = plan
         self.capacity = capacity
@@ -240,7 +241,7 @@ class _ViewCache:
         return steps[i] if i < len(steps) else float("inf")
 
     def _submit(self, v: int) -> None:
-        self.pending[v] = self.pool.submit(load_view, self.inputs[v], self.min_texture)
+        self.pending[v] = self.pool.submit(self.load, self.inputs[v])
 
     def acquire(self, step: int) -> dict[int, object]:
         """Make the views of plan[step] resident; start loading the next steps' views."""
@@ -262,6 +263,7 @@ class _ViewCache:
                 self.stats["valid_pixels"] += host.valid_pixels
                 self.stats["masked_pixels"] += host.masked_pixels
                 self.stats["textureless_pixels"] += host.textureless_pixels
+                self.stats["speckle_pixels"] += host.speckle_pixels
             else:
                 self.stats["reloads"] += 1
             self.resident[v] = self.engine.upload(host, blocked)
@@ -353,7 +355,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, reloads=0, points=0)
+    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, speckle_pixels=0, reloads=0, points=0)
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
@@ -386,7 +388,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     stats["silhouette_dropped"] = 0
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
-                       min_texture=cfg.min_texture)
+                       load=functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
+                                              segment_depth_step=cfg.segment_depth_step))
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)

@@ -48,6 +48,19 @@ def test_overrides_use_yaml_scalars():
     assert cfg.views.depth_margin_far == 1.0 and isinstance(cfg.views.depth_margin_far, float)
 
 
+def test_exponent_floats_without_a_dot_are_floats(tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-4 as a string; a float field takes it as the number it means
+    cfg = load_config(None, ["fusion.min_segment=1e-4", "views.depth_margin_far=2E1"])
+    assert cfg.fusion.min_segment == 1e-4 and cfg.views.depth_margin_far == 20.0
+    path = tmp_path / "c.yaml"
+    path.write_text("fusion:\n  min_segment: 3e-5\n")
+    assert load_config(str(path)).fusion.min_segment == 3e-5
+    with pytest.raises(ConfigError, match="'fusion.min_segment' = 'e-4' has the wrong type"):
+        load_config(None, ["fusion.min_segment=e-4"])
+    with pytest.raises(ConfigError, match="'seed' = '1e3' has the wrong type"):   # ints stay strict
+        load_config(None, ["seed=1e3"])
+
+
 def test_override_null_means_auto():
     assert load_config("fast", ["max_image_size=null"]).max_image_size is None
 
