@@ -7,7 +7,7 @@ Scenes: the quality suite's synthetic scenes (ETH3D accuracy / completeness / F1
 precision in all views and in 90 % of views, mask coverage). Settings: one key at a time around
 BASELINE (the defaults before this sweep chose new ones), the combinations that matter (a looser
 normal angle with more views), the free-space check against floaters, the triangulation angle, textureless pixels (min_texture) and
-speckles (min_segment).
+speckles (min_segment) and the halo (halo_radius).
 
     python scripts/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
 """
@@ -34,6 +34,8 @@ BASELINE = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle":
 SESSION6 = {"min_consistent": 1, "max_normal_angle": 30.0, "max_free_space_violations": 1}
 # The defaults since session 13 (setting 28), the base of the speckle rows (session 14).
 SESSION13 = {**SESSION6, "min_texture": 1.0}
+# The defaults since session 14 (setting 40), the base of the halo rows.
+SESSION14 = {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.1}
 SETTINGS = [
     {},
     {"max_normal_angle": 5.0}, {"max_normal_angle": 20.0}, {"max_normal_angle": 30.0}, {"max_normal_angle": 45.0},
@@ -52,10 +54,13 @@ SETTINGS = [
     {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0},
     {"min_consistent": 1, "max_normal_angle": 30.0, "min_triangulation_angle": 2.0, "max_free_space_violations": 1},
     *({**SESSION6, "min_texture": t} for t in (1.0, 1.5, 2.0, 3.0, 5.0)),  # 28..32: textureless pixels ignored
-    # 33..39: speckles ignored (session 14), on session 13's defaults (min_texture 1)
+    # 33..41: speckles ignored (session 14), on session 13's defaults (min_texture 1)
     *({**SESSION13, "min_segment": m} for m in (1e-5, 3e-5, 1e-4, 3e-4, 1e-3)),
     {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.01},
     {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.05},
+    {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.1},   # 40, 41
+    {**SESSION13, "min_segment": 3e-5, "segment_depth_step": 0.1},
+    *({**SESSION14, "halo_radius": r} for r in (4, 8, 16)),   # 42..44: the halo (session 14)
 ]
 # Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
 EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",

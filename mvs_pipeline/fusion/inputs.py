@@ -21,7 +21,8 @@ Textureless pixels (`min_texture`): where the image's grey levels vary less than
 size), a matching cost measures noise, and two views agreeing there by chance put floaters in the
 sky. Such pixels are blocked like masked ones: neither a reference pixel nor an agreeing neighbour.
 Speckles (`min_segment`, speckles.py): pixels of small depth-map segments, found among the pixels
-left after masks and min_texture, are blocked the same way.
+left after masks and min_texture, are blocked the same way; then the halo (`halo_radius`, halo.py):
+pixels near the edge of what is left whose colour is the background's.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 from ..errors import MVSError
 from ..io.colmap_maps import read_depth_map, read_normal_map
 from ..scene.scene import Scene
+from .halo import halo_pixels
 from .speckles import min_segment_pixels, small_segments
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class HostView:
     masked_pixels: int
     textureless_pixels: int = 0  # blocked by min_texture (masked ones not counted again)
     speckle_pixels: int = 0  # blocked by min_segment (pixels with depth only; others not counted again)
+    halo_pixels: int = 0  # blocked by halo_radius (likewise)
 
     @property
     def nbytes(self) -> int:
@@ -166,9 +169,10 @@ def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
 
 
 def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
-              segment_depth_step: float = 0.02) -> HostView:
+              segment_depth_step: float = 0.1, halo_radius: int = 0) -> HostView:
     """One view's maps, colours and blocked pixels (mask, min_texture, then min_segment: a share of
-    the image's pixels; segment_depth_step: the relative depth step that still joins neighbours)."""
+    the image's pixels; segment_depth_step: the relative depth step that still joins neighbours;
+    then halo_radius, px)."""
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -200,5 +204,10 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
                                segment_depth_step)
         blocked[small] = 1
         speckles = int(np.count_nonzero(small))
+    halo = 0
+    if halo_radius > 0:
+        band = halo_pixels(color, (depth > 0) & (blocked == 0), halo_radius)
+        blocked[band] = 1
+        halo = int(np.count_nonzero(band))
     valid = int(np.count_nonzero(depth > 0))
-    return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles)
+    return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles, halo)

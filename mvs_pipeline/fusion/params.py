@@ -76,6 +76,10 @@ class FusionConfig:
     segment_depth_step: float = field(default=0.1, metadata=meta(
         "neighbouring pixels belong to one segment of min_segment when their depths differ by less than "
         "this, relative", "fraction", (0.0001, 1.0)))
+    # Off until measured (issue #16, session 14).
+    halo_radius: int = field(default=0, metadata=meta(
+        "ignore pixels this close to the edge of the region with depth whose colour is the background's "
+        "(the halo of a roof's depth carried onto the sky; fusion/halo.py; 0 = keep all)", "px", (0, 64)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -264,6 +264,7 @@ class _ViewCache:
                 self.stats["masked_pixels"] += host.masked_pixels
                 self.stats["textureless_pixels"] += host.textureless_pixels
                 self.stats["speckle_pixels"] += host.speckle_pixels
+                self.stats["halo_pixels"] += host.halo_pixels
             else:
                 self.stats["reloads"] += 1
             self.resident[v] = self.engine.upload(host, blocked)
@@ -355,7 +356,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, speckle_pixels=0, reloads=0, points=0)
+    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, speckle_pixels=0, halo_pixels=0, reloads=0, points=0)
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
@@ -389,7 +390,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
                        load=functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
-                                              segment_depth_step=cfg.segment_depth_step))
+                                              segment_depth_step=cfg.segment_depth_step,
+                                              halo_radius=cfg.halo_radius))
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)
