@@ -24,35 +24,46 @@ MIN_SIDE_SHARE = 0.1   # each side needs this share of the window's pixels (in t
 
 
 def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int) -> np.ndarray:
-    """[H, W] bool: the `usable` pixels within `radius` px of a non-usable one whose RGB colour is
-    the background's (see the module's text); `color` [H, W, 3] uint8, `usable` [H, W] bool
-    (has depth and is not blocked)."""
+    """[H, W] bool: the `usable` pixels within `radius` px of the background whose RGB colour is the
+    background's (see the module's text); `color` [H, W, 3] uint8, `usable` [H, W] bool (has depth
+    and is not blocked). The background is the non-usable pixels less the holes that a square of
+    side 2 * (radius // 4) + 1 does not fit in (a morphological opening): the few pixels without
+    depth inside a surface are not sky, and testing around each of them would cost most of the time."""
     if radius <= 0 or usable.all() or not usable.any():
         return np.zeros(usable.shape, bool)
-    # exact Euclidean distance of each usable pixel to the nearest non-usable one (px)
-    inside = cv2.distanceTransform(usable.astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    band = usable & (inside <= radius)
-    core = (inside > radius).astype(np.float32)
-    background = (~usable).astype(np.float32)
+    side = 2 * (radius // 4) + 1
+    background = cv2.morphologyEx((~usable).astype(np.uint8), cv2.MORPH_OPEN, np.ones((side, side), np.uint8))
+    if not background.any():
+        return np.zeros(usable.shape, bool)
+    # exact Euclidean distance of each pixel to the nearest background pixel (px)
+    dist = cv2.distanceTransform(1 - background, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    band = usable & (dist <= radius)
+    ys, xs = np.nonzero(band)   # the means are needed only there (arrays of the whole image are large)
+    if len(ys) == 0:
+        return np.zeros(usable.shape, bool)
     # the means' window reaches 2 radii: a band pixel next to the background is `radius` px from
     # the nearest core pixel, and the core's mean needs more than its first column
     size = (4 * radius + 1, 4 * radius + 1)
     rgb = color.astype(np.float32)
-    ys, xs = np.nonzero(band)   # the means are needed only there (arrays of the whole image are large)
 
-    def side_mean(weight):
+    def side_mean(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         count = cv2.boxFilter(weight, -1, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
         total = cv2.boxFilter(rgb * weight[..., None], -1, size, normalize=False,
                               borderType=cv2.BORDER_CONSTANT)[ys, xs]
         return total / np.maximum(count, 1.0)[:, None], count
 
-    fg, fg_count = side_mean(core)
-    bg, bg_count = side_mean(background)
-    ones = np.ones(usable.shape, np.float32)
-    least = MIN_SIDE_SHARE * cv2.boxFilter(ones, -1, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
+    fg, fg_count = side_mean((usable & (dist > radius)).astype(np.float32))
+    bg, bg_count = side_mean(background.astype(np.float32))
+    # the window's pixels inside the image, row extent x column extent (the window is clipped there)
+    h, w = usable.shape
+    r2 = 2 * radius
+    rows = np.minimum(ys + r2, h - 1) - np.maximum(ys - r2, 0) + 1
+    cols = np.minimum(xs + r2, w - 1) - np.maximum(xs - r2, 0) + 1
+    least = MIN_SIDE_SHARE * rows * cols
     c = rgb[ys, xs]
-    to_fg, to_bg = np.linalg.norm(c - fg, axis=1), np.linalg.norm(c - bg, axis=1)
-    contrast = np.linalg.norm(fg - bg, axis=1)
+    to_fg = np.sqrt(((c - fg) ** 2).sum(1))
+    to_bg = np.sqrt(((c - bg) ** 2).sum(1))
+    contrast = np.sqrt(((fg - bg) ** 2).sum(1))
     halo = (fg_count >= least) & (bg_count >= least) & (to_bg < to_fg) & (to_bg < NEAR_BACKGROUND * contrast)
     out = np.zeros(usable.shape, bool)
     out[ys[halo], xs[halo]] = True

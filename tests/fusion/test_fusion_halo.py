@@ -8,22 +8,35 @@ import pytest
 from mvs_pipeline.fusion.halo import MIN_SIDE_SHARE, NEAR_BACKGROUND, halo_pixels
 
 
+def reference_opening(holes, side):
+    """Morphological opening by a side x side square, pixel by pixel: erosion (outside the image
+    counts as set, as OpenCV's default), then dilation (outside counts as unset)."""
+    h, w = holes.shape
+    k = side // 2
+    padded = np.pad(holes, k, constant_values=True)
+    eroded = np.array([[padded[y:y + side, x:x + side].all() for x in range(w)] for y in range(h)])
+    padded = np.pad(eroded, k, constant_values=False)
+    return np.array([[padded[y:y + side, x:x + side].any() for x in range(w)] for y in range(h)])
+
+
 def reference_halo(color, usable, radius):
-    """The rule of fusion/halo.py pixel by pixel: brute-force distances and window means."""
+    """The rule of fusion/halo.py pixel by pixel: brute-force opening, distances and window means."""
     h, w = usable.shape
     rgb = color.astype(np.float64)
-    outside = np.argwhere(~usable)
-    yy, xx = np.mgrid[0:h, 0:w]
-    inside = np.full((h, w), np.inf)
-    for y, x in zip(*np.nonzero(usable)):
-        inside[y, x] = np.sqrt(((outside - (y, x)) ** 2).sum(1)).min() if len(outside) else np.inf
+    background = reference_opening(~usable, 2 * (radius // 4) + 1)
+    outside = np.argwhere(background)
+    dist = np.full((h, w), np.inf)
+    if len(outside):
+        for y in range(h):
+            for x in range(w):
+                dist[y, x] = np.sqrt(((outside - (y, x)) ** 2).sum(1)).min()
     out = np.zeros((h, w), bool)
-    for y, x in zip(*np.nonzero(usable & (inside <= radius))):
+    for y, x in zip(*np.nonzero(usable & (dist <= radius))):
         r = 2 * radius   # the means' window
         win = (slice(max(0, y - r), y + r + 1), slice(max(0, x - r), x + r + 1))
         least = MIN_SIDE_SHARE * usable[win].size   # of the window's pixels inside the image
-        core = usable[win] & (inside[win] > radius)
-        back = ~usable[win]
+        core = usable[win] & (dist[win] > radius)
+        back = background[win]
         if core.sum() < least or back.sum() < least:
             continue
         fg, bg = rgb[win][core].mean(0), rgb[win][back].mean(0)
@@ -35,7 +48,7 @@ def reference_halo(color, usable, radius):
 def roof_and_sky(rng, h=40, w=56, halo=4, roof_texture=25):
     """A textured dark roof in the left part, plain light sky (with JPEG-like noise) on the right;
     the depth map reaches `halo` px into the sky."""
-    edge = w // 2 + rng.integers(-3, 4, h)   # a ragged outline
+    edge = w // 2 + np.rint(3 * np.sin(np.arange(h) / 4 + rng.uniform(0, 6))).astype(int)   # a wavy outline
     x = np.arange(w)[None, :]
     roof = x < edge[:, None]
     color = np.empty((h, w, 3), np.float64)
@@ -49,12 +62,15 @@ def roof_and_sky(rng, h=40, w=56, halo=4, roof_texture=25):
 @pytest.mark.parametrize("seed", range(3))
 def test_halo_matches_the_rule_computed_pixel_by_pixel(seed):
     rng = np.random.default_rng(seed)
-    color = rng.integers(0, 256, (23, 31, 3), dtype=np.uint8)
-    color[:, 15:] //= 3                        # two sides of different colour
-    usable = rng.random((23, 31)) > 0.15
-    usable[:, 20:] &= rng.random((23, 11)) > 0.6
-    for radius in (2, 4):
-        np.testing.assert_array_equal(halo_pixels(color, usable, radius), reference_halo(color, usable, radius))
+    color, usable, _ = roof_and_sky(rng, h=22, w=30, halo=3)
+    mixed = rng.random(usable.shape) < 0.2     # sky-coloured pixels on the roof and the reverse
+    color[mixed] = color[rng.permutation(np.argwhere(mixed))[:, 0], rng.permutation(np.argwhere(mixed))[:, 1]]
+    usable &= rng.random(usable.shape) > 0.1   # scattered holes: gone in the opening from radius 4
+    usable[3:9, 2:8] = False                   # a hole large enough to be background
+    for radius in (2, 4, 5):
+        expected = reference_halo(color, usable, radius)
+        assert expected.any()
+        np.testing.assert_array_equal(halo_pixels(color, usable, radius), expected)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -66,6 +82,8 @@ def test_the_sky_band_with_roof_depth_goes_and_the_roof_stays(seed):
     assert got[band].all()            # every sky pixel given the roof's depth
     assert not got[~band].any()       # and not one roof pixel
     assert not halo_pixels(color, usable, radius=0).any()
+    holes = usable & (rng.random(usable.shape) < 0.02)   # single pixels without depth on the roof
+    assert (halo_pixels(color, usable & ~holes, radius=8) == got & ~holes).all()   # are not background
 
 
 def test_nothing_is_taken_where_both_sides_look_alike():
