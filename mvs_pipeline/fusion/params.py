@@ -76,8 +76,11 @@ class FusionConfig:
     segment_depth_step: float = field(default=0.1, metadata=meta(
         "neighbouring pixels belong to one segment of min_segment when their depths differ by less than "
         "this, relative", "fraction", (0.0001, 1.0)))
-    # Off until measured (issue #16, session 14).
-    halo_radius: int = field(default=0, metadata=meta(
+    # 8 px, measured (BENCHMARKS.md, session 14, H100): on Chateau de Sceaux's photos the light outline
+    # of the roofs' depth carried onto the sky goes for most of the roofs (renders in docs/renders/),
+    # the ground's cover is unchanged; the quick suite's F1 and DTU's mask scores moved by <= 2e-4.
+    # Cost: fusion 1.80 -> 2.52 s for Sceaux's 11 maps of 2947x2173.
+    halo_radius: int = field(default=8, metadata=meta(
         "ignore pixels this close to the edge of the region with depth whose colour is the background's "
         "(the halo of a roof's depth carried onto the sky; fusion/halo.py; 0 = keep all)", "px", (0, 64)))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
