@@ -206,6 +206,10 @@ def make_engine(backend: str):
     raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
 
 
+# the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius
+IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
+
+
 # ---------------------------------------------------------------------------------------------
 # View cache: farthest-next-use eviction, loads ahead in a thread pool
 # ---------------------------------------------------------------------------------------------
@@ -459,6 +463,9 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
     record = {"counts": counts, "backend": backend, "config": settings,
               "outputs": {"ply": ply_path.name, "vis": vis_path.name}}
     atomic_write_text(record_path, json.dumps(record, indent=1))
+    ignored = {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
+    if any(ignored.values()):   # what the pixel filters took, so that a user can tell which one to loosen
+        log.info("fusion: pixels ignored: %s", ", ".join(f"{v:,} {k}" for k, v in ignored.items()))
     log.info("fusion: %d points from %d reference views -> %s", counts["points"], counts.get("reference_views", 0),
              ply_path)
     return counts
@@ -471,5 +478,6 @@ def run(ctx) -> None:
     ctx.counts["fusion_views"] = counts.get("reference_views", 0)
     ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
     ctx.counts["fused_points"] = counts.get("points", 0)
+    ctx.counts["fusion_ignored_pixels"] = {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
     if counts.get("gpu_peak_bytes") is not None:
         ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]

@@ -13,9 +13,10 @@ import pytest
 from mvs_pipeline.cli import main
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion.params import FusionConfig
+from mvs_pipeline.fusion.speckles import small_segments
 from mvs_pipeline.fusion.stage import fuse_depth_maps as run_fusion
 from mvs_pipeline.fusion.stage import resolve_config
-from mvs_pipeline.io.colmap_maps import write_colmap_array
+from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
 from mvs_pipeline.io.ply import read_ply
 from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis, visibility_records, write_vis
@@ -249,6 +250,23 @@ def test_cli_runs_fusion_on_existing_maps(tmp_path):
     assert len(cloud) == record["counts"]["fused_points"]
     assert np.abs(cloud.xyz[:, 2]).max() < 1e-5
     assert len(read_vis(out / "fused.ply.vis", len(cloud))) == len(cloud)
+
+
+def test_run_json_says_how_many_pixels_each_filter_ignored(tmp_path):
+    ws, out = _workspace_with_plane_maps(tmp_path)
+    first = sorted((out / "stereo" / "depth_maps").glob("*.geometric.bin"))[0]
+    depth = read_depth_map(first).copy()
+    depth[5:7, 9:11] *= 0.5   # a 4-pixel speckle in front of the plane
+    write_colmap_array(first, depth)
+    share = 5.5 / depth.size  # segments of fewer than 6 pixels go
+    assert _fuse(ws, out, "--set", "fusion.min_consistent=1", "--set", f"fusion.min_segment={share}") == 0
+    ignored = json.loads((out / "run.json").read_text())["counts"]["fusion_ignored_pixels"]
+    record = json.loads((out / "stereo" / "fusion.json").read_text())["counts"]
+    # the plane maps' own small segments (a camera seeing the plane's edge) count too
+    expected = sum(int(small_segments(read_depth_map(f), np.ones((H, W), bool), 6, 0.1).sum())
+                   for f in (out / "stereo" / "depth_maps").glob("*.geometric.bin"))
+    assert ignored["speckle"] == expected >= 4 and ignored["masked"] == 0
+    assert ignored == {k: record[f"{k}_pixels"] for k in ("masked", "textureless", "speckle", "halo")}
 
 
 def test_cli_fusion_is_redone_on_new_settings_or_new_maps(tmp_path):
