@@ -48,8 +48,8 @@ def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int) -> np.ndarra
     def side_mean(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # integer window sums (uint8 in, int32 out: exact, and faster than float)
         count = cv2.boxFilter(side, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
-        total = cv2.boxFilter(color * side[..., None], cv2.CV_32S, size, normalize=False,
-                              borderType=cv2.BORDER_CONSTANT)[ys, xs]
+        masked = cv2.bitwise_and(color, color, mask=side)   # the side's colours, 0 elsewhere
+        total = cv2.boxFilter(masked, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
         return total / np.maximum(count, 1)[:, None].astype(np.float32), count
 
     fg, fg_count = side_mean((usable & (dist > radius)).astype(np.uint8))

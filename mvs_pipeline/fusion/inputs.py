@@ -161,11 +161,18 @@ def read_object_mask(path: Path, inp) -> np.ndarray:
 
 def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
     """[H, W] float32: standard deviation of OpenCV's grey levels (0-255) over the window x window
-    neighbourhood of each pixel (borders reflected, as cv2.blur does)."""
-    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY).astype(np.float64)
-    mean = cv2.blur(grey, (window, window))
-    mean_sq = cv2.blur(grey * grey, (window, window))
-    return np.sqrt(np.maximum(mean_sq - mean * mean, 0.0)).astype(np.float32)
+    neighbourhood of each pixel (borders reflected, as cv2.blur does).
+    Integer window sums of the grey levels and their squares, then n * sum(x^2) - sum(x)^2 in
+    float64 (exact: both stay below 2^53), all in OpenCV: fusion's loader threads run this side by
+    side, and NumPy's float64 arithmetic on the whole image took most of a view's loading time."""
+    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    n = window * window
+    sums = cv2.boxFilter(grey, cv2.CV_32S, (window, window), normalize=False)
+    square = cv2.multiply(grey, grey, dtype=cv2.CV_32S)
+    square_sums = cv2.boxFilter(square, cv2.CV_32S, (window, window), normalize=False)
+    spread = cv2.subtract(cv2.multiply(square_sums, float(n), dtype=cv2.CV_64F),
+                          cv2.multiply(sums, sums, dtype=cv2.CV_64F))   # n^2 * variance, >= 0
+    return cv2.sqrt(cv2.max(spread, 0.0)).astype(np.float32) * np.float32(1.0 / n)
 
 
 def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
