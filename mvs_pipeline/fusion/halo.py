@@ -43,20 +43,27 @@ def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int) -> np.ndarra
         return np.zeros(usable.shape, bool)
     # the means' window reaches 2 radii: a band pixel next to the background is `radius` px from
     # the nearest core pixel, and the core's mean needs more than its first column
-    size = (4 * radius + 1, 4 * radius + 1)
+    r2 = 2 * radius
+    size = (2 * r2 + 1, 2 * r2 + 1)
+    # every window lies in the band's bounding box grown by 2 radii: the sums need no more
+    h, w = usable.shape
+    y0, y1 = max(0, int(ys.min()) - r2), min(h, int(ys.max()) + r2 + 1)
+    x0, x1 = max(0, int(xs.min()) - r2), min(w, int(xs.max()) + r2 + 1)
+    crop = (slice(y0, y1), slice(x0, x1))
+    cy, cx = ys - y0, xs - x0
+    color_crop = np.ascontiguousarray(color[crop])
 
     def side_mean(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # integer window sums (uint8 in, int32 out: exact, and faster than float)
-        count = cv2.boxFilter(side, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
-        masked = cv2.bitwise_and(color, color, mask=side)   # the side's colours, 0 elsewhere
-        total = cv2.boxFilter(masked, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[ys, xs]
+        side = np.ascontiguousarray(side[crop])
+        count = cv2.boxFilter(side, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[cy, cx]
+        masked = cv2.bitwise_and(color_crop, color_crop, mask=side)   # the side's colours, 0 elsewhere
+        total = cv2.boxFilter(masked, cv2.CV_32S, size, normalize=False, borderType=cv2.BORDER_CONSTANT)[cy, cx]
         return total / np.maximum(count, 1)[:, None].astype(np.float32), count
 
     fg, fg_count = side_mean((usable & (dist > radius)).astype(np.uint8))
     bg, bg_count = side_mean(background)
     # the window's pixels inside the image, row extent x column extent (the window is clipped there)
-    h, w = usable.shape
-    r2 = 2 * radius
     rows = np.minimum(ys + r2, h - 1) - np.maximum(ys - r2, 0) + 1
     cols = np.minimum(xs + r2, w - 1) - np.maximum(xs - r2, 0) + 1
     least = MIN_SIDE_SHARE * rows * cols

@@ -193,7 +193,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     if bgr is None:
         raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
     _check_size(inp.image_path, "image", bgr.shape, inp)
-    color = np.ascontiguousarray(bgr[:, :, ::-1])
+    color = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:

@@ -95,7 +95,11 @@ def read_colmap_array(path: str | os.PathLike, channels: int | None = None) -> n
                        f"{size - offset} bytes of data (truncated or corrupt)")
     data = np.fromfile(path, dtype="<f4", count=w * h * c, offset=offset).astype(np.float32, copy=False)
     planes = data.reshape(c, h, w)                                           # [C, H, W]
-    return planes[0] if c == 1 else np.ascontiguousarray(np.moveaxis(planes, 0, 2))
+    if c == 1:
+        return planes[0]
+    # interleaved [H, W, C]: OpenCV's merge is ~3x faster than NumPy's strided copy (fusion loads
+    # 3200x2130 normal maps in parallel threads) and does not hold the GIL; it takes up to 4 planes
+    return cv2.merge(list(planes)) if c <= 4 else np.ascontiguousarray(np.moveaxis(planes, 0, 2))
 
 
 def colmap_array_complete(path: str | os.PathLike, channels: int) -> bool:
