@@ -8,10 +8,10 @@ band. Its pixels differ from the roof in one way: their colour is the background
 So, per view, pixels near the edge of the region that has depth are tested against their
 surroundings (a window of 2 radii): the mean colour of the pixels with depth that lie deeper
 inside the region than the radius (foreground) and of the pixels without depth, or blocked
-(background). A pixel is
-blocked when its colour is nearer the background's mean than the foreground's and within a third
-of the distance between the two means of the background's: where the two sides have the same
-colour there is nothing to tell, and a textured foreground's darker or lighter pixels stay.
+(background). A pixel is blocked when its colour is nearer the background's mean than the
+foreground's and within a third of the distance between the two means of the background's: where
+the two sides have the same colour there is nothing to tell, and a textured foreground's darker
+or lighter pixels stay.
 """
 
 from __future__ import annotations

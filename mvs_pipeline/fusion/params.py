@@ -79,7 +79,7 @@ class FusionConfig:
     # 8 px, measured (BENCHMARKS.md, session 14, H100): on Chateau de Sceaux's photos the light outline
     # of the roofs' depth carried onto the sky goes for most of the roofs (renders in docs/renders/),
     # the ground's cover is unchanged; the quick suite's F1 and DTU's mask scores moved by <= 2e-4.
-    # Cost: fusion 1.80 -> 2.52 s for Sceaux's 11 maps of 2947x2173.
+    # Cost, with min_segment: fusion 5.4 -> 7.2-8.0 s at 40 x 3200x2130 (97207f4).
     halo_radius: int = field(default=8, metadata=meta(
         "ignore pixels this close to the edge of the region with depth whose colour is the background's "
         "(the halo of a roof's depth carried onto the sky; fusion/halo.py; 0 = keep all)", "px", (0, 64)))

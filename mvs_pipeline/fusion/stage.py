@@ -360,7 +360,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, masked_pixels=0, textureless_pixels=0, speckle_pixels=0, halo_pixels=0, reloads=0, points=0)
+    stats.update(valid_pixels=0, reloads=0, points=0, **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")

@@ -97,9 +97,9 @@ def read_colmap_array(path: str | os.PathLike, channels: int | None = None) -> n
     planes = data.reshape(c, h, w)                                           # [C, H, W]
     if c == 1:
         return planes[0]
-    # interleaved [H, W, C]: OpenCV's merge is ~3x faster than NumPy's strided copy (fusion loads
-    # 3200x2130 normal maps in parallel threads) and does not hold the GIL; it takes up to 4 planes
-    return cv2.merge(list(planes)) if c <= 4 else np.ascontiguousarray(np.moveaxis(planes, 0, 2))
+    # interleaved [H, W, C] by OpenCV's merge: 52 against 72 ms for NumPy's strided copy of a
+    # 3200x2130 normal map, without holding the GIL (fusion loads maps in parallel threads)
+    return cv2.merge(list(planes))
 
 
 def colmap_array_complete(path: str | os.PathLike, channels: int) -> bool:
