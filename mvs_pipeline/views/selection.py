@@ -102,7 +102,7 @@ def candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], li
 
 def pair_then_angle_order(key: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """The permutation np.lexsort((theta, key)) gives (by pair key, then angle, ties in input
-    order), from two stable sorts, the second a radix sort of the integer keys: 1.33-1.51 s instead
+    order), from two stable sorts, the second a radix sort of the integer keys: 1.50-1.51 s instead
     of 1.84-2.03 s for 5.2 M observations (80 views; CPU machine)."""
     by_angle = np.argsort(theta, kind="stable")
     return by_angle[np.argsort(key[by_angle], kind="stable")]
