@@ -36,24 +36,12 @@ from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: E402
 from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
 from mvs_pipeline.io.colmap_maps import read_depth_map  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
-from mvs_pipeline.io.vis_file import colmap_image_indices  # noqa: E402
+from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.synth.oracle import gt_depth, seen_pixels  # noqa: E402
 
 DEPTH_BINS = (0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 25.0, np.inf)   # metres (synthetic scenes)
 ACCURATE, INACCURATE = 0, 1   # eth3d.classify_accuracy's classes (UNOBSERVED = 2)
-
-
-def read_vis(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(observations per point [N], reference COLMAP image index per point [N]) of a fused.ply.vis."""
-    words = np.fromfile(path, dtype="<u4", offset=8)
-    counts, refs, at = [], [], 0
-    while at < len(words):   # records are n, ref, neighbours...
-        n = int(words[at])
-        counts.append(n)
-        refs.append(int(words[at + 1]))
-        at += 1 + n
-    return np.asarray(counts), np.asarray(refs)
 
 
 def bin_label(lo: float, hi: float) -> str:
@@ -67,7 +55,9 @@ def point_breakdown(scene, run: Path, scans, tol: float) -> dict:
     pts = res["points"]
     judged = (pts["recon_best_dist2"] <= tol * tol) | pts["recon_front"]
     good = pts["recon_best_dist2"] <= tol * tol
-    counts, refs = read_vis(run / "fused.ply.vis")
+    records = read_vis(run / "fused.ply.vis", len(xyz))   # per point: reference first, then agreeing views
+    counts = np.array([len(r) for r in records])
+    refs = np.array([int(r[0]) for r in records], np.int64)
     view_of_index = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))  # COLMAP index -> view_idx
     ref_views = view_of_index[refs]
     depth = np.zeros(len(xyz))
