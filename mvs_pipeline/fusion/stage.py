@@ -210,6 +210,11 @@ def make_engine(backend: str):
 IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
 
 
+def ignored_pixels(counts: dict) -> dict[str, int]:
+    """Pixels each filter blocked, by IGNORED_KINDS, from fusion's counts."""
+    return {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
+
+
 # ---------------------------------------------------------------------------------------------
 # View cache: farthest-next-use eviction, loads ahead in a thread pool
 # ---------------------------------------------------------------------------------------------
@@ -463,7 +468,7 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
     record = {"counts": counts, "backend": backend, "config": settings,
               "outputs": {"ply": ply_path.name, "vis": vis_path.name}}
     atomic_write_text(record_path, json.dumps(record, indent=1))
-    ignored = {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
+    ignored = ignored_pixels(counts)
     if any(ignored.values()):   # what the pixel filters took, so that a user can tell which one to loosen
         log.info("fusion: pixels ignored: %s", ", ".join(f"{v:,} {k}" for k, v in ignored.items()))
     log.info("fusion: %d points from %d reference views -> %s", counts["points"], counts.get("reference_views", 0),
@@ -478,6 +483,6 @@ def run(ctx) -> None:
     ctx.counts["fusion_views"] = counts.get("reference_views", 0)
     ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
     ctx.counts["fused_points"] = counts.get("points", 0)
-    ctx.counts["fusion_ignored_pixels"] = {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
+    ctx.counts["fusion_ignored_pixels"] = ignored_pixels(counts)
     if counts.get("gpu_peak_bytes") is not None:
         ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
