@@ -22,6 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 
 
+def blue_sky(bgr: np.ndarray) -> np.ndarray:
+    """[H, W] bool: the photo's sky, crudely (blue: B > R + 25 and B > 120); BENCHMARKS.md's sky
+    shares of Sceaux all use this test."""
+    b, r = bgr[:, :, 0].astype(int), bgr[:, :, 2].astype(int)
+    return (b > r + 25) & (b > 120)
+
+
 def camera_of(sparse: Path, view: str | None):
     """(K [3, 3], R [3, 3], t [3], width, height, image name) of a pinhole view of the model."""
     import pycolmap  # noqa: PLC0415
@@ -84,8 +91,7 @@ def main(argv=None) -> int:
         panels.append(cv2.resize(photo, size, interpolation=cv2.INTER_AREA))
     sky = ground = None
     if args.sky_stats and photo is not None:
-        b, r = panels[0][:, :, 0].astype(int), panels[0][:, :, 2].astype(int)
-        sky = (b > r + 25) & (b > 120)
+        sky = blue_sky(panels[0])
         ground = np.zeros_like(sky)
         ground[int(0.8 * len(ground)):] = True
     for path in args.clouds:

@@ -26,6 +26,9 @@ from numba import njit, prange
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
 from mvs_pipeline.fusion.inputs import TEXTURE_WINDOW, local_grey_std  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from render_cloud import blue_sky  # noqa: E402 (same folder: the sky test of BENCHMARKS.md's sky shares)
+
 RADIUS = TEXTURE_WINDOW // 2
 NEAR = 20  # px: sky this close to non-sky is where the halo lies
 
@@ -66,8 +69,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     for path in sorted(glob.glob(args.photos))[:args.limit]:
         bgr = cv2.imread(path, cv2.IMREAD_COLOR)
-        b, r = bgr[..., 0].astype(int), bgr[..., 2].astype(int)
-        sky = (b > r + 25) & (b > 120)
+        sky = blue_sky(bgr)
         near = sky & (cv2.distanceTransform(sky.astype(np.uint8), cv2.DIST_L2, 3) <= NEAR)
         grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY).astype(np.float64)
         seconds = []
