@@ -22,6 +22,7 @@ utilisation over those, and its peak memory.
     python scripts/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
     python scripts/bench_cluster.py --views 80 --width 1600 --height 1200 --modes none,cuda1,cuda2 \
         --stages load,views,depth,fusion,sampling --gpu-stats      # issue #18, on a 2-GPU machine
+    python scripts/bench_cluster.py ... --modes "cuda1,cuda2,cuda2:cluster.unpinned_share=0"   # a setting per mode
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--views", type=int, default=40)
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=1200)
-    ap.add_argument("--modes", default="none,local-cuda", help=f"comma-separated of {','.join(MODES)}")
+    ap.add_argument("--modes", default="none,local-cuda",
+                    help=f"comma-separated of {','.join(MODES)}, each optionally with ':KEY=V;KEY=V' settings of its own")
     ap.add_argument("-c", "--config", default="default")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--work", type=Path, default=None, help="folder for the scene and outputs (default: a temp dir)")
@@ -168,15 +170,18 @@ def main(argv=None) -> int:
     gpus = None
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
-        out = work / f"out_{mode}"
+        # "cuda2:cluster.unpinned_share=0": a mode with settings of its own on top of --set
+        name, _, own = mode.partition(":")
+        own_sets = [a for kv in own.split(";") if kv for a in ("--set", kv)]
+        out = work / ("out_" + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in mode))
         if args.keep and (out / "run.json").is_file():   # measured by an earlier call (split over commands)
             wall = float("nan")
         else:
             subprocess.run(["rm", "-rf", str(out)], check=True)
             sampler = GpuSampler(work / f"gpu_{mode}.csv") if args.gpu_stats else None
             try:
-                wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets,
-                           "--stages", args.stages, *MODES[mode])
+                wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets, *own_sets,
+                           "--stages", args.stages, *MODES[name])
             finally:
                 if sampler:   # the depth stage's window, from run.json
                     sampler.stop()
@@ -223,7 +228,7 @@ def main(argv=None) -> int:
                   f"({100 * (r['depth_s'] / base - 1):+.1f} %)")
         if r["mode"] == "local2" and one:
             print(f"local2 speed-up over local1: {one / r['depth_s']:.2f}x")
-    gpu1 = next((r for r in rows if r["mode"] == "cuda1"), None)
+    gpu1 = next((r for r in rows if r["mode"].partition(":")[0] == "cuda1"), None)
     for r in rows:
         if gpu1 and r["mode"].startswith("cuda") and r is not gpu1:
             print(f"{r['mode']} over cuda1: depth stage {gpu1['depth_s'] / r['depth_s']:.2f}x, "
