@@ -34,10 +34,6 @@ class ClusterConfig:
         "kind=local: CPU cores (Numba threads) each worker's solvers use (null = the machine's cores "
         "shared among the workers; 1 with workers = N measures scale-out one core per worker)",
         "cores", (1, 4096)))
-    unpinned_share: float = field(default=0.25, metadata=meta(
-        "share of each worker's views in a depth pass sent without its locality hint, after the hinted "
-        "ones: Dask gives them to whichever worker runs out of its own first, which evens the end of "
-        "each pass (depth/cluster_locality.py; 0 = every view hinted)", "share", (0.0, 1.0)))
     retries: int = field(default=2, metadata=meta(
         "times Dask reruns a task whose worker died (or that failed) before the run fails", "retries", (0, 100)))
 

@@ -51,7 +51,7 @@ from ..scene.scene import Scene
 from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
-from .cluster_locality import submission_plan, worker_blocks
+from .cluster_locality import worker_blocks
 from .passes import DepthPass
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
@@ -265,20 +265,17 @@ def _job(client, cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass],
 def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
                     attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
     """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
-    reported); per-worker task counts, seconds and task spans into `workers`. The order and the
-    hints: cluster_locality.submission_plan."""
+    reported); per-worker task counts, seconds and task spans into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
     submitted = time.time()
-    plan = submission_plan(pending, hints, job.cfg.cluster.unpinned_share)
     block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
-    for ref, _ in plan:
+    for ref in pending:
         block.setdefault(hints.get(ref), []).append(ref)
     futures = [client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]),
                              key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
-                             **({"workers": [worker], "allow_other_workers": True} if worker else {}))
-               for ref, worker in plan]
-    hinted = {fut.key: worker for fut, (_, worker) in zip(futures, plan)}
+                             **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
+               for ref in pending]
     done, valid = 0, 0
     try:
         for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
@@ -286,9 +283,6 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
             result = fut.result()
             w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
             w["tasks"] += 1
-            # tasks it ran that were hinted elsewhere or sent without a hint (the pass's tails)
-            if hinted[fut.key] != result["worker"]:
-                w["tasks_not_hinted_here"] = w.get("tasks_not_hinted_here", 0) + 1
             w["seconds"] = round(w["seconds"] + result["seconds"], 3)
             by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
             for k, v in result.get("seconds_by_category", {}).items():

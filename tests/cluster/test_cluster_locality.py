@@ -1,6 +1,6 @@
 """Locality hints of the cluster depth stage: neighbouring views go to the same worker."""
 
-from mvs_pipeline.depth.cluster_locality import neighbourhood_order, submission_plan, worker_blocks
+from mvs_pipeline.depth.cluster_locality import neighbourhood_order, worker_blocks
 
 
 def ring(n: int, k: int = 2) -> list[list[int]]:
@@ -37,32 +37,3 @@ def test_blocks_are_balanced_and_keep_most_sources_local():
 
 def test_no_workers_no_hints():
     assert worker_blocks([0, 1], [[1], [0]], []) == {}
-
-
-def test_submission_deals_the_blocks_in_turn_and_leaves_their_tails_unhinted():
-    n, workers = 20, ["tcp://a", "tcp://b", "tcp://c"]
-    hints = worker_blocks(list(range(n)), ring(n, 2), workers)
-    order = list(hints)   # neighbourhood order: each block is a run of it
-    plan = submission_plan(list(range(n)), hints, 0.25)
-    assert sorted(v for v, _ in plan) == list(range(n))   # every view once
-    # the first task of every worker is among the first len(workers) submitted
-    assert [w for _, w in plan[:3]] == workers
-    blocks = {w: [v for v in order if hints[v] == w] for w in workers}   # 7, 7, 6 views
-    pinned = [(v, w) for v, w in plan if w is not None]
-    unhinted = [v for v, w in plan if w is None]
-    assert plan[:len(pinned)] == pinned   # every hinted task before the first unhinted one
-    for w, views in blocks.items():
-        tail = int(len(views) * 0.25)   # 1 of 7 or 6
-        # a worker's hinted tasks keep its block's order; the block's last views go unhinted
-        assert [v for v, x in pinned if x == w] == views[:len(views) - tail]
-        assert set(views[len(views) - tail:]) <= set(unhinted)
-    assert len(unhinted) == 3
-
-
-def test_submission_share_zero_hints_every_view_and_one_hints_none():
-    hints = worker_blocks(list(range(8)), ring(8, 1), ["tcp://a", "tcp://b"])
-    every = submission_plan([5, 1, 2, 6], hints, 0.0)
-    assert sorted(every) == sorted((v, hints[v]) for v in [5, 1, 2, 6])
-    assert all(w is None for _, w in submission_plan(list(range(8)), hints, 1.0))
-    # views the hints do not know (no workers were known) go last, unhinted
-    assert submission_plan([3, 9], {3: "tcp://a"}, 0.0) == [(3, "tcp://a"), (9, None)]
