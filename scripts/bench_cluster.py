@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,9 @@ def main(argv=None) -> int:
     ap.add_argument("--discard", action="store_true",
                     help="delete each mode's maps once compared (runs on a small tmpfs such as /dev/shm)")
     args = ap.parse_args(argv)
+    # `timeout` sends SIGTERM: exit through Python so that subprocess.run kills the mode's command
+    # instead of leaving it running beside the next benchmark
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
     scene = work / f"{args.scene}_{args.views}x{args.width}x{args.height}"
     if not (scene / "sparse").exists():
@@ -216,6 +220,8 @@ def main(argv=None) -> int:
         if args.discard:
             subprocess.run(["rm", "-rf", str(out / "stereo")], check=True)
         rows[-1]["workers"] = workers   # with each task's span: in --json, not printed
+        if args.json:   # after every mode: a run stopped by a time limit keeps the rows it finished
+            args.json.write_text(json.dumps(rows, indent=1))
     # each mode against the `none` run just before it (else the first one after it): the machine's
     # own drift between runs is as large as a few per cent of overhead (session 12)
     nones = [(i, r) for i, r in enumerate(rows) if r["mode"] == "none"]
