@@ -22,7 +22,8 @@ size), a matching cost measures noise, and two views agreeing there by chance pu
 sky. Such pixels are blocked like masked ones: neither a reference pixel nor an agreeing neighbour.
 Speckles (`min_segment`, speckles.py): pixels of small depth-map segments, found among the pixels
 left after masks and min_texture, are blocked the same way; then the halo (`halo_radius`, halo.py):
-pixels near the edge of what is left whose colour is the background's.
+pixels near the edge of what is left whose colour is the background's, or (`halo_edge`) that reach
+the background without crossing an image edge.
 """
 
 from __future__ import annotations
@@ -177,10 +178,10 @@ def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
 
 
 def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
-              segment_depth_step: float = 0.1, halo_radius: int = 0) -> HostView:
+              segment_depth_step: float = 0.1, halo_radius: int = 0, halo_edge: float = 0.0) -> HostView:
     """One view's maps, colours and blocked pixels (mask, min_texture, then min_segment: a share of
     the image's pixels; segment_depth_step: the relative depth step that still joins neighbours;
-    then halo_radius, px)."""
+    then halo_radius, px, with halo_edge, grey levels per px)."""
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -214,7 +215,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
         speckles = int(np.count_nonzero(small))
     halo = 0
     if halo_radius > 0:
-        band = halo_pixels(color, (depth > 0) & (blocked == 0), halo_radius)
+        band = halo_pixels(color, (depth > 0) & (blocked == 0), halo_radius, halo_edge)
         blocked[band] = 1
         halo = int(np.count_nonzero(band))
     valid = int(np.count_nonzero(depth > 0))

@@ -400,7 +400,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
                        load=functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
                                               segment_depth_step=cfg.segment_depth_step,
-                                              halo_radius=cfg.halo_radius))
+                                              halo_radius=cfg.halo_radius, halo_edge=cfg.halo_edge))
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)

@@ -1,11 +1,13 @@
-"""fusion.halo_radius: pixels near the edge of the region with depth whose colour is the background's."""
+"""fusion.halo_radius: pixels near the edge of the region with depth whose colour is the background's,
+and (fusion.halo_edge) those that reach the background without crossing an image edge."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mvs_pipeline.fusion.halo import MIN_SIDE_SHARE, NEAR_BACKGROUND, halo_pixels
+from mvs_pipeline.fusion.halo import (MIN_SIDE_SHARE, NEAR_BACKGROUND, colour_gradient, halo_pixels,
+                                     largest_gradient_to_background)
 
 
 def reference_opening(holes, side):
@@ -94,3 +96,64 @@ def test_nothing_is_taken_where_both_sides_look_alike():
     # a pixel is taken only when it is within a third of the (small) contrast of the background's
     # mean: a few of 40 x 9 band pixels at most, against all of them in the roof/sky case
     assert got.sum() <= 0.05 * (usable & (np.arange(56)[None, :] >= 22)).sum()
+
+
+def reference_gradient(color):
+    """colour_gradient by hand: 3x3 Sobel with OpenCV's default border (reflect, edge not repeated)."""
+    out = np.zeros(color.shape[:2])
+    for c in range(3):
+        p = np.pad(color[..., c].astype(np.float64), 1, mode="reflect")
+        d = np.array([-1.0, 0.0, 1.0])
+        smooth = np.array([1.0, 2.0, 1.0])
+        h, w = color.shape[:2]
+        gx = sum(smooth[i] * d[j] * p[i:i + h, j:j + w] for i in range(3) for j in range(3)) / 8
+        gy = sum(d[i] * smooth[j] * p[i:i + h, j:j + w] for i in range(3) for j in range(3)) / 8
+        out = np.maximum(out, np.hypot(gx, gy))
+    return out
+
+
+def reference_path_max(gradient, y, x, ty, tx):
+    steps = max(int(np.ceil(np.hypot(ty - y, tx - x))), 1)
+    return max(gradient[int(np.rint(np.float32(y + k / steps * (ty - y)))),
+                        int(np.rint(np.float32(x + k / steps * (tx - x))))] for k in range(steps + 1))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_largest_gradient_on_the_way_to_the_nearest_background_pixel(seed):
+    rng = np.random.default_rng(seed)
+    color = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    background = (rng.random((30, 40)) < 0.02).astype(np.uint8)
+    background[20:26, 5:12] = 1
+    np.testing.assert_allclose(colour_gradient(color), reference_gradient(color), rtol=1e-5, atol=1e-4)
+    ys, xs = np.nonzero(background == 0)
+    got = largest_gradient_to_background(color, background, ys, xs)
+    gradient = reference_gradient(color)
+    by, bx = np.nonzero(background)
+    for y, x, value in zip(ys, xs, got):
+        d = np.hypot(by - y, bx - x)
+        # OpenCV's nearest pixel comes from a 5x5-mask transform: within 0.2 px of the exact nearest
+        near = np.nonzero(d <= d.min() + 0.2)[0]
+        assert any(np.isclose(value, reference_path_max(gradient, y, x, by[i], bx[i]), rtol=1e-4) for i in near)
+
+
+def test_same_coloured_roof_and_sky_the_band_goes_by_the_edge_test():
+    """A roof whose mean colour is the sky's (textured around it): the colour test cannot tell the
+    sides apart, the path test can: the sky pixels 2 px or more past the outline go, and of the
+    roof only an outline pixel or so whose 3x3 neighbourhood happens to be sky-coloured."""
+    rng = np.random.default_rng(5)
+    h, w, halo = 40, 56, 5
+    x = np.arange(w)[None, :].repeat(h, 0)
+    roof = x < 28
+    sky = np.array([150.0, 190.0, 235.0])
+    color = np.empty((h, w, 3))
+    color[roof] = sky + rng.normal(0, 25, (roof.sum(), 1))
+    color[~roof] = sky + rng.normal(0, 1, ((~roof).sum(), 3))
+    color = np.clip(color, 0, 255).astype(np.uint8)
+    usable = x < 28 + halo
+    colour_only = halo_pixels(color, usable, radius=8)
+    both = halo_pixels(color, usable, radius=8, edge=4.0)
+    band = usable & ~roof
+    assert colour_only[band].mean() < 0.5         # the colour test misses most of the band
+    assert both[band & (x >= 29)].all()          # the path test takes it (the first column sees the roof)
+    assert (both & roof & ~colour_only).sum() <= 0.01 * roof.sum()
+    assert (both | colour_only == both).all()    # the edge test only adds
