@@ -18,7 +18,9 @@ cannot tell, but the outline is still an edge in the image. A surface pixel is s
 background by its outline; a halo pixel is the background's own and reaches it without crossing
 one. So a pixel is also blocked when the straight path from it to its nearest background pixel
 (both ends included) crosses no colour gradient of `edge` grey levels per px or more (`edge` = 0:
-only the colour test). On Chateau de Sceaux's sky the largest gradient on an 8 px path is below 4
+only the colour test), where that background pixel lies in an open region (at least
+OPEN_BACKGROUND_SHARE of the image: sky, not a hole in a smooth surface, which this test cannot
+tell from sky). On Chateau de Sceaux's sky the largest gradient on an 8 px path is below 4
 in 97-98 % of cases and the sky's outline is above 4 at 90 % of its pixels (BENCHMARKS.md, session 15).
 """
 
@@ -29,6 +31,7 @@ import numpy as np
 
 NEAR_BACKGROUND = 1 / 3   # "background-coloured": within this share of the two means' distance
 MIN_SIDE_SHARE = 0.1   # each side needs this share of the window's pixels (in the image) for its mean to count
+OPEN_BACKGROUND_SHARE = 0.01   # the edge test's background: regions of at least this share of the image
 
 
 def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int, edge: float = 0.0) -> np.ndarray:
@@ -82,7 +85,14 @@ def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int, edge: float 
     contrast = np.sqrt(((fg - bg) ** 2).sum(1))
     halo = (fg_count >= least) & (bg_count >= least) & (to_bg < to_fg) & (to_bg < NEAR_BACKGROUND * contrast)
     if edge > 0:
-        halo |= largest_gradient_to_background(color_crop, np.ascontiguousarray(background[crop]), cy, cx) < edge
+        # only where the nearest background is open (sky), not a hole inside a surface, which
+        # looks the same to this test: a smooth surface around it would lose a rim
+        background_crop = np.ascontiguousarray(background[crop])
+        ty, tx = nearest_background_pixel(background_crop, cy, cx)
+        tested = open_regions(background_crop, OPEN_BACKGROUND_SHARE * h * w)[ty, tx]
+        largest = largest_gradient_on_paths(colour_gradient(color_crop), cy[tested], cx[tested], ty[tested],
+                                            tx[tested])
+        halo[tested] |= largest < edge
     out = np.zeros(usable.shape, bool)
     out[ys[halo], xs[halo]] = True
     return out
@@ -100,18 +110,21 @@ def colour_gradient(color: np.ndarray) -> np.ndarray:
     return largest
 
 
-def largest_gradient_to_background(color: np.ndarray, background: np.ndarray, ys: np.ndarray,
-                                   xs: np.ndarray) -> np.ndarray:
-    """[N] float32: for each pixel (ys, xs) the largest colour gradient (colour_gradient) on the
-    straight path from it to its nearest `background` pixel, both ends included, sampled at steps
-    of at most 1 px (nearest pixel). `background` [H, W] uint8, 1 = background, not all 0."""
-    # each pixel's nearest background pixel: DIST_LABEL_PIXEL numbers the zero pixels of the
-    # input in raster order, as np.nonzero lists them (checked in the tests)
+def nearest_background_pixel(background: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) [N]: for each pixel (ys, xs) its nearest pixel of `background` ([H, W] uint8,
+    1 = background, not all 0; OpenCV's 5x5-mask distance: within ~0.15 px of the exact nearest)."""
+    # DIST_LABEL_PIXEL numbers the zero pixels of the input in raster order, as np.nonzero lists
+    # them (checked in the tests)
     _, labels = cv2.distanceTransformWithLabels(1 - background, cv2.DIST_L2, 5, labelType=cv2.DIST_LABEL_PIXEL)
     by, bx = np.nonzero(background)
     nearest = labels[ys, xs].astype(np.int64) - 1
-    ty, tx = by[nearest], bx[nearest]
-    gradient = colour_gradient(color)
+    return by[nearest], bx[nearest]
+
+
+def largest_gradient_on_paths(gradient: np.ndarray, ys: np.ndarray, xs: np.ndarray, ty: np.ndarray,
+                              tx: np.ndarray) -> np.ndarray:
+    """[N] float32: the largest `gradient` [H, W] on each straight path from (ys, xs) to (ty, tx),
+    both ends included, sampled at steps of at most 1 px (nearest pixel)."""
     dy, dx = (ty - ys).astype(np.float32), (tx - xs).astype(np.float32)
     steps = np.maximum(np.ceil(np.hypot(dy, dx)), 1.0)
     largest = np.zeros(len(ys), np.float32)
@@ -121,3 +134,12 @@ def largest_gradient_to_background(color: np.ndarray, background: np.ndarray, ys
         px = np.rint(xs + t * dx).astype(np.intp)
         np.maximum(largest, gradient[py, px], out=largest)
     return largest
+
+
+def open_regions(background: np.ndarray, min_pixels: float) -> np.ndarray:
+    """[H, W] bool: the `background` pixels ([H, W] uint8) of 8-connected regions of at least
+    `min_pixels` pixels."""
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(background, connectivity=8)
+    large = stats[:, cv2.CC_STAT_AREA] >= min_pixels
+    large[0] = False   # label 0: the pixels that are not background
+    return large[labels]

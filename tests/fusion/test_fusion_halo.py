@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.fusion.halo import (MIN_SIDE_SHARE, NEAR_BACKGROUND, colour_gradient, halo_pixels,
-                                     largest_gradient_to_background)
+                                     largest_gradient_on_paths, nearest_background_pixel, open_regions)
 
 
 def reference_opening(holes, side):
@@ -126,7 +126,7 @@ def test_largest_gradient_on_the_way_to_the_nearest_background_pixel(seed):
     background[20:26, 5:12] = 1
     np.testing.assert_allclose(colour_gradient(color), reference_gradient(color), rtol=1e-5, atol=1e-4)
     ys, xs = np.nonzero(background == 0)
-    got = largest_gradient_to_background(color, background, ys, xs)
+    got = largest_gradient_on_paths(colour_gradient(color), ys, xs, *nearest_background_pixel(background, ys, xs))
     gradient = reference_gradient(color)
     by, bx = np.nonzero(background)
     for y, x, value in zip(ys, xs, got):
@@ -157,3 +157,30 @@ def test_same_coloured_roof_and_sky_the_band_goes_by_the_edge_test():
     assert both[band & (x >= 29)].all()          # the path test takes it (the first column sees the roof)
     assert (both & roof & ~colour_only).sum() <= 0.01 * roof.sum()
     assert (both | colour_only == both).all()    # the edge test only adds
+
+
+def test_open_regions_keep_the_large_background_regions_only():
+    background = np.zeros((20, 30), np.uint8)
+    background[0:5, :] = 1          # 150 px: a strip of sky along the top
+    background[10:13, 10:13] = 1    # 9 px: a hole
+    background[15, 2] = 1           # 1 px
+    background[16, 3] = 1           # its diagonal neighbour: one 8-connected region of 2 px
+    got = open_regions(background, 9)
+    assert got[0:5, :].all() and got[10:13, 10:13].all()
+    assert not got[15, 2] and not got[16, 3] and got.sum() == 159
+    assert open_regions(background, 2)[15, 2]
+
+
+def test_a_hole_in_a_smooth_surface_keeps_its_rim():
+    """A plain surface with a textureless hole in it (no depth there): the path test would take the
+    rim around the hole, as it takes the sky's band; the hole is not open background, so it does not."""
+    rng = np.random.default_rng(2)
+    h, w = 120, 160
+    color = np.clip(np.array([120.0, 110.0, 100.0]) + rng.normal(0, 1, (h, w, 3)), 0, 255).astype(np.uint8)
+    usable = np.ones((h, w), bool)
+    usable[50:60, 70:82] = False    # 120 px of 19,200: below OPEN_BACKGROUND_SHARE (1 %)
+    assert not halo_pixels(color, usable, radius=8, edge=4.0).any()
+    usable[:, 140:] = False         # a sky-sized region without depth (12.5 %) along the right
+    band = halo_pixels(color, usable, radius=8, edge=4.0)
+    assert band[:, 133:140].all()                   # its rim goes (nothing tells it from a halo)
+    assert not band[40:70, 60:92].any()             # the hole's rim stays
