@@ -113,9 +113,11 @@ def reference_gradient(color):
 
 
 def reference_path_max(gradient, y, x, ty, tx):
+    """The largest value on the path, pixel by pixel, in the function's float32 arithmetic."""
+    f = np.float32
     steps = max(int(np.ceil(np.hypot(ty - y, tx - x))), 1)
-    return max(gradient[int(np.rint(np.float32(y + k / steps * (ty - y)))),
-                        int(np.rint(np.float32(x + k / steps * (tx - x))))] for k in range(steps + 1))
+    return max(gradient[int(np.rint(f(y) + f(k) / f(steps) * f(ty - y))),
+                        int(np.rint(f(x) + f(k) / f(steps) * f(tx - x)))] for k in range(steps + 1))
 
 
 @pytest.mark.parametrize("seed", range(3))
