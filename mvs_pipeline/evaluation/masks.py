@@ -9,7 +9,8 @@ frame (COLMAP's cameras, distortion included; pixel (i, j) covers [j, j+1) x [i,
   mask coverage    per image, the share of the CELL x CELL pixel cells lying entirely inside the
                    mask that at least one projected point hits (occlusion ignored), averaged over
                    the images that have such cells.
-Masks are `MASK_DIR/<image name>.png`, non-zero = object (what `fusion.mask_dir` reads).
+Masks are `MASK_DIR/<image name>.png`, non-zero = object, read as `fusion.mask_dir` reads them
+(io/object_masks.py: a colour mask by its red channel, as COLMAP does).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MVSError
+from ..io.object_masks import mask_path_for, read_object_mask
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +30,12 @@ CHUNK = 1 << 21  # points per projection batch (bounded temporary memory)
 
 
 def read_mask(mask_dir: Path, image_name: str, width: int, height: int) -> np.ndarray:
-    """[H, W] bool object mask of one image; a missing or mis-sized mask is an error naming it."""
-    import cv2  # noqa: PLC0415
-
-    path = Path(mask_dir) / f"{image_name}.png"
-    mask = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE) if path.is_file() else None
-    if mask is None:
-        raise MVSError(f"{path}: mask of image {image_name} not found or not readable")
-    if mask.shape != (height, width):
-        raise MVSError(f"{path}: mask is {mask.shape[1]}x{mask.shape[0]}, image {image_name} is {width}x{height}")
-    return mask > 0
+    """[H, W] bool object mask of one image, read as fusion reads it (io/object_masks.py); a
+    missing, unreadable or mis-sized mask is an error naming it."""
+    path = mask_path_for(Path(mask_dir), image_name)
+    if path is None:
+        raise MVSError(f"{Path(mask_dir) / (image_name + '.png')}: mask of image '{image_name}' not found")
+    return read_object_mask(path, image_name, width, height)
 
 
 def full_cells(mask: np.ndarray, cell: int = CELL) -> np.ndarray:

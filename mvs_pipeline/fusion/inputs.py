@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import MVSError
 from ..io.colmap_maps import read_depth_map, read_normal_map
 from ..scene.scene import Scene
+from ..io.object_masks import mask_path_for, read_object_mask
 from .halo import halo_pixels
 from .speckles import min_segment_pixels, small_segments
 
@@ -80,15 +81,6 @@ class HostView:
 def map_path(stereo_dir: Path, kind: str, name: str, map_type: str) -> Path:
     """kind: 'depth_maps' | 'normal_maps'."""
     return Path(stereo_dir) / kind / f"{name}.{map_type}.bin"
-
-
-def mask_path_for(mask_dir: Path, name: str) -> Path | None:
-    candidate = mask_dir / f"{name}.png"
-    if candidate.is_file():
-        return candidate
-    if name.lower().endswith(".png") and (mask_dir / name).is_file():
-        return mask_dir / name
-    return None
 
 
 def resolve_map_type(scene: Scene, stereo_dir: Path, map_type: str) -> str:
@@ -148,18 +140,6 @@ def _check_size(path: Path, what: str, shape: tuple[int, ...], inp) -> None:
                        f"{inp.width}x{inp.height}")
 
 
-def read_object_mask(path: Path, inp) -> np.ndarray:
-    """[H, W] bool, True where the mask file of image `inp` (ViewInputs or scene View) is non-zero
-    (kept; zero = ignore)."""
-    mask = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if mask is None:
-        raise MVSError(f"{path}: mask of image '{inp.name}' is not a readable image")
-    _check_size(path, "mask", mask.shape, inp)
-    if mask.ndim == 3:  # COLMAP tests the red channel; OpenCV stores BGR(A)
-        mask = mask[:, :, 2] if mask.shape[2] >= 3 else mask[:, :, 0]
-    return mask != 0
-
-
 def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
     """[H, W] float32: standard deviation of OpenCV's grey levels (0-255) over the window x window
     neighbourhood of each pixel (borders reflected, as cv2.blur does).
@@ -199,7 +179,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
-        ignore = ~read_object_mask(inp.mask_path, inp)
+        ignore = ~read_object_mask(inp.mask_path, inp.name, inp.width, inp.height)
         blocked[ignore] = 1
         masked = int(np.count_nonzero(ignore))
     textureless = 0

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..scene.scene import Scene
-from .inputs import mask_path_for, read_object_mask
+from ..io.object_masks import mask_path_for, read_object_mask
 
 BATCH_ELEMENTS = 1 << 22  # points x views projected at once (bounded temporary memory: ~0.4 GB)
 
@@ -38,7 +38,7 @@ class SilhouetteCheck:
             path = mask_path_for(Path(mask_dir), view.name)
             if path is None:
                 continue
-            masks.append(read_object_mask(path, view).astype(np.uint8).ravel())
+            masks.append(read_object_mask(path, view.name, view.width, view.height).astype(np.uint8).ravel())
             K = np.asarray(view.K, np.float64)
             pose = np.concatenate([np.asarray(view.R, np.float64), np.asarray(view.t, np.float64).reshape(3, 1)], 1)
             views.append((K @ pose, view.width, view.height, offset))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.cli import main
+from mvs_pipeline.errors import MVSError
 from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics
 from mvs_pipeline.io.ply import PointCloud, write_ply
 from mvs_pipeline.synth.camera import look_at
@@ -146,3 +147,22 @@ def test_cupy_gives_the_same_scores(tmp_path, cupy):
     gpu = mask_metrics(xyz, cams, tmp_path, xp=cupy)
     assert 0 < cpu["precision_all"] < 1 and 0 < cpu["coverage"] < 1
     assert gpu == cpu
+
+
+def test_the_evaluation_reads_a_mask_as_fusion_does(tmp_path):
+    """One file, the same pixels: a colour mask counts by its red channel (COLMAP's rule), in the
+    mask metrics as in fusion; a grey one as it is."""
+    from mvs_pipeline.evaluation.masks import read_mask
+    from mvs_pipeline.io.object_masks import mask_path_for, read_object_mask
+
+    bgr = np.zeros((6, 8, 3), np.uint8)
+    bgr[:3, :, 2] = 255          # red: object
+    bgr[3:, :, 1] = 255          # green only: not object, though its grey level is not 0
+    cv2.imwrite(str(tmp_path / "a.jpg.png"), bgr)
+    got = read_mask(tmp_path, "a.jpg", 8, 6)
+    assert got[:3].all() and not got[3:].any()
+    assert (got == read_object_mask(mask_path_for(tmp_path, "a.jpg"), "a.jpg", 8, 6)).all()
+    with pytest.raises(MVSError, match="b.jpg.png: mask of image 'b.jpg' not found"):
+        read_mask(tmp_path, "b.jpg", 8, 6)
+    with pytest.raises(MVSError, match="is 8x6 px but the camera is 9x6"):
+        read_mask(tmp_path, "a.jpg", 9, 6)
