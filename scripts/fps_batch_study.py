@@ -15,7 +15,10 @@ CPU, with the rule such a kernel would use:
     with the largest bound is exact (its best point is not nearer to any sample taken in this
     round than its key) and above the threshold: that leaf's best point is the sample. A leaf
     whose best point is nearer to a new sample becomes a bound: min(key, the largest squared
-    distance from the new sample to its box);
+    distance from the new sample to its box). With leaves of one point (`--leaves 1`: what a
+    kernel offering each block's T farthest points would do, whatever leaves it scans with) every
+    offered point's new distance is exact, so the round runs until the offered points' largest
+    distance falls below the threshold;
   * at the end of the round every point's distance is updated for the round's samples (one
     pass over the leaves those samples reach) and the keys are exact again.
 
@@ -59,13 +62,13 @@ def morton_order(xyz: np.ndarray) -> np.ndarray:
     return np.argsort(code, kind="stable")
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _key_greater(d_a, i_a, d_b, i_b):
     """FPS's order: larger distance first, ties to the lower index."""
     return d_a > d_b or (d_a == d_b and i_a < i_b)
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _leaf_best(mind, begin, end):
     best = begin
     for p in range(begin + 1, end):
@@ -74,7 +77,7 @@ def _leaf_best(mind, begin, end):
     return best
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _box_far2(lo, hi, x, y, z):
     dx = max(abs(x - lo[0]), abs(x - hi[0]))
     dy = max(abs(y - lo[1]), abs(y - hi[1]))
@@ -82,7 +85,7 @@ def _box_far2(lo, hi, x, y, z):
     return dx * dx + dy * dy + dz * dz
 
 
-@numba.njit(cache=True)
+@numba.njit
 def _box_near2(lo, hi, x, y, z):
     dx = max(lo[0] - x, 0.0, x - hi[0])
     dy = max(lo[1] - y, 0.0, y - hi[1])
@@ -90,7 +93,7 @@ def _box_near2(lo, hi, x, y, z):
     return dx * dx + dy * dy + dz * dz
 
 
-@numba.njit(cache=True)
+@numba.njit
 def batched_fps(pts, m, leaf, blocks, offers):
     """(sample positions in the sorted order [m], samples per round [rounds])."""
     n = pts.shape[0]
@@ -147,11 +150,11 @@ def batched_fps(pts, m, leaf, blocks, offers):
             for c in range(nc):
                 if k < 0 or bound[c] > bound[k] or (bound[c] == bound[k] and best[cand[c]] < best[cand[k]]):
                     k = c
-            if k < 0 or not exact[k]:
+            if k < 0 or not exact[k] or bound[k] < 0:
                 break
             j = cand[k]
             s = best[j]
-            if not _key_greater(mind[s], s, thr_d, thr_i):
+            if not _key_greater(bound[k], s, thr_d, thr_i):
                 break
             out[taken] = s
             taken += 1
@@ -159,7 +162,13 @@ def batched_fps(pts, m, leaf, blocks, offers):
             for c in range(nc):
                 jc = cand[c]
                 bc = best[jc]
-                if exact[c]:
+                if leaf == 1:   # a single point: its new distance is known exactly
+                    if c == k:
+                        bound[c] = -np.inf
+                    else:
+                        dx, dy, dz = pts[bc, 0] - x, pts[bc, 1] - y, pts[bc, 2] - z
+                        bound[c] = min(bound[c], dx * dx + dy * dy + dz * dz)
+                elif exact[c]:
                     dx, dy, dz = pts[bc, 0] - x, pts[bc, 1] - y, pts[bc, 2] - z
                     if c == k or dx * dx + dy * dy + dz * dz < mind[bc]:
                         exact[c] = False
@@ -195,7 +204,7 @@ def batched_fps(pts, m, leaf, blocks, offers):
     return out, rounds[:num_rounds]
 
 
-@numba.njit(cache=True)
+@numba.njit
 def sequential_fps(pts, m):
     n = pts.shape[0]
     mind = np.full(n, np.inf)
