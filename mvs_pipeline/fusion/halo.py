@@ -13,15 +13,8 @@ foreground's and within a third of the distance between the two means of the bac
 the two sides have the same colour there is nothing to tell, and a textured foreground's darker
 or lighter pixels stay.
 
-Where roof and sky have about the same colour (a sunlit slate roof against a pale sky) the means
-cannot tell, but the outline is still an edge in the image. A surface pixel is separated from the
-background by its outline; a halo pixel is the background's own and reaches it without crossing
-one. So a pixel is also blocked when the straight path from it to its nearest background pixel
-(both ends included) crosses no colour gradient of `edge` grey levels per px or more (`edge` = 0:
-only the colour test), where that background pixel lies in an open region (at least
-OPEN_BACKGROUND_SHARE of the image: sky, not a hole in a smooth surface, which this test cannot
-tell from sky). On Chateau de Sceaux's sky the largest gradient on an 8 px path is below 4
-in 97-98 % of cases and the sky's outline is above 4 at 90 % of its pixels (BENCHMARKS.md, session 15).
+Where roof and sky have about the same colour the means cannot tell; with `edge` > 0 the
+outline's own edge in the image decides as well (halo_edge.py).
 """
 
 from __future__ import annotations
@@ -29,9 +22,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from .halo_edge import OPEN_BACKGROUND_SHARE, no_edge_to_open_background
+
 NEAR_BACKGROUND = 1 / 3   # "background-coloured": within this share of the two means' distance
 MIN_SIDE_SHARE = 0.1   # each side needs this share of the window's pixels (in the image) for its mean to count
-OPEN_BACKGROUND_SHARE = 0.01   # the edge test's background: regions of at least this share of the image
 
 
 def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int, edge: float = 0.0) -> np.ndarray:
@@ -89,91 +83,3 @@ def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int, edge: float 
     out = np.zeros(usable.shape, bool)
     out[ys[halo], xs[halo]] = True
     return out
-
-
-def colour_gradient(color: np.ndarray) -> np.ndarray:
-    """[H, W] float32: per pixel the largest of the three channels' gradient magnitudes, in grey
-    levels per px (3x3 Sobel / 8)."""
-    largest = None
-    for channel in cv2.split(color):
-        gx = cv2.Sobel(channel, cv2.CV_32F, 1, 0, ksize=3, scale=0.125)
-        gy = cv2.Sobel(channel, cv2.CV_32F, 0, 1, ksize=3, scale=0.125)
-        magnitude = cv2.magnitude(gx, gy)
-        largest = magnitude if largest is None else cv2.max(largest, magnitude)
-    return largest
-
-
-def no_edge_to_open_background(color: np.ndarray, background: np.ndarray, ys: np.ndarray, xs: np.ndarray,
-                               radius: int, edge: float, min_open_pixels: float) -> np.ndarray:
-    """[N] bool: the band pixels (ys, xs), each within `radius` px of `background` ([H, W] uint8),
-    whose nearest background pixel lies in an open region (open_regions) and whose straight path
-    to it crosses no colour gradient of `edge` or more. Only the open regions' surroundings are
-    computed (the labels and gradients of a whole 3200x2130 image cost ~0.15 s a view)."""
-    out = np.zeros(len(ys), bool)
-    opened = open_regions(background, min_open_pixels)
-    if not opened.any():
-        return out
-    # a pixel whose nearest background is open lies within `radius` of open background (the
-    # 5x5-mask distance errs by ~2 %: a looser bound keeps every such pixel)
-    near = cv2.distanceTransform(1 - opened.astype(np.uint8), cv2.DIST_L2, 5)[ys, xs] <= 1.1 * radius + 1
-    idx = np.nonzero(near)[0]
-    if len(idx) == 0:
-        return out
-    # paths stay within `radius` of their pixel, and the gradient reads one pixel more: in this
-    # box every value is the whole image's
-    h, w = background.shape
-    grow = radius + 3
-    y0, y1 = max(0, int(ys[idx].min()) - grow), min(h, int(ys[idx].max()) + grow + 1)
-    x0, x1 = max(0, int(xs[idx].min()) - grow), min(w, int(xs[idx].max()) + grow + 1)
-    box = (slice(y0, y1), slice(x0, x1))
-    cy, cx = ys[idx] - y0, xs[idx] - x0
-    ty, tx = nearest_background_pixel(np.ascontiguousarray(background[box]), cy, cx)
-    tested = opened[box][ty, tx]
-    gradient = colour_gradient(np.ascontiguousarray(color[box]))
-    out[idx[tested]] = largest_gradient_on_paths(gradient, cy[tested], cx[tested], ty[tested], tx[tested]) < edge
-    return out
-
-
-def nearest_background_pixel(background: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) [N]: for each pixel (ys, xs) its nearest pixel of `background` ([H, W] uint8,
-    1 = background, not all 0; OpenCV's 5x5-mask distance: within ~0.15 px of the exact nearest)."""
-    # DIST_LABEL_PIXEL numbers the zero pixels of the input in raster order (checked in the tests)
-    _, labels = cv2.distanceTransformWithLabels(1 - background, cv2.DIST_L2, 5, labelType=cv2.DIST_LABEL_PIXEL)
-    points = cv2.findNonZero(background).reshape(-1, 2)   # (x, y) in raster order, as np.nonzero
-    nearest = labels[ys, xs].astype(np.int64) - 1
-    return points[nearest, 1].astype(np.intp), points[nearest, 0].astype(np.intp)
-
-
-def largest_gradient_on_paths(gradient: np.ndarray, ys: np.ndarray, xs: np.ndarray, ty: np.ndarray,
-                              tx: np.ndarray) -> np.ndarray:
-    """[N] float32: the largest `gradient` [H, W] float32 on each straight path from (ys, xs) to
-    (ty, tx), both ends included, sampled at steps of at most 1 px: the pixel nearest to
-    float32(start) + k / steps * float32(end - start), k = 0..steps."""
-    n = len(ys)
-    largest = np.zeros(n, np.float32)
-    if n == 0:
-        return largest
-    y, x = ys.astype(np.float32), xs.astype(np.float32)
-    dy, dx = (ty - ys).astype(np.float32), (tx - xs).astype(np.float32)
-    steps = np.maximum(np.ceil(np.hypot(dy, dx)), np.float32(1.0))
-    # OpenCV's nearest-pixel remap samples the points (rounding as np.rint does) in threads, with
-    # the GIL released: fusion loads several views at once. Its maps are at most 32767 rows long.
-    lanes = 1024
-    shape = (-(-n // lanes), lanes)
-    map_y, map_x = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
-    for k in range(int(steps.max()) + 1):
-        t = np.minimum(np.float32(k), steps) / steps   # past its end a path repeats its last pixel
-        map_y.reshape(-1)[:n] = y + t * dy
-        map_x.reshape(-1)[:n] = x + t * dx
-        sampled = cv2.remap(gradient, map_x, map_y, cv2.INTER_NEAREST).reshape(-1)[:n]
-        np.maximum(largest, sampled, out=largest)
-    return largest
-
-
-def open_regions(background: np.ndarray, min_pixels: float) -> np.ndarray:
-    """[H, W] bool: the `background` pixels ([H, W] uint8) of 8-connected regions of at least
-    `min_pixels` pixels."""
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(background, connectivity=8)
-    large = stats[:, cv2.CC_STAT_AREA] >= min_pixels
-    large[0] = False   # label 0: the pixels that are not background
-    return large[labels]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mvs_pipeline.fusion.halo import (MIN_SIDE_SHARE, NEAR_BACKGROUND, colour_gradient, halo_pixels,
-                                     largest_gradient_on_paths, nearest_background_pixel, open_regions)
+from mvs_pipeline.fusion.halo import MIN_SIDE_SHARE, NEAR_BACKGROUND, halo_pixels
+from mvs_pipeline.fusion.halo_edge import (colour_gradient, largest_gradient_on_paths, nearest_background_pixel,
+                                           open_regions)
 
 
 def reference_opening(holes, side):
