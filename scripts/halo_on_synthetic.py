@@ -32,28 +32,32 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
 from mvs_pipeline.config.loader import load_config  # noqa: E402
+from mvs_pipeline.fusion.halo import halo_pixels  # noqa: E402
 from mvs_pipeline.fusion.inputs import find_inputs, load_view  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.synth.background_points import points_against_background  # noqa: E402
+from mvs_pipeline.synth.oracle import gt_depth  # noqa: E402
 
 
-def count(scene_dir: Path, inputs, fusion_cfg, radius: int, edge: float) -> dict:
-    totals = {"background_with_depth": 0, "background_kept": 0, "surface_usable": 0, "surface_taken": 0}
+def count(scene_dir: Path, inputs, fusion_cfg, settings: list[tuple[int, float]]) -> list[dict]:
+    """Per (halo_radius, halo_edge) setting, the counts of the module's text over all views. Each
+    view is loaded once with the other filters (load_view without the halo); the halo is the
+    last filter load_view applies, to the pixels left, so each setting is halo_pixels on those."""
+    totals = [{"background_with_depth": 0, "background_kept": 0, "surface_usable": 0, "surface_taken": 0}
+              for _ in settings]
     for inp in inputs:
         if inp is None:
             continue
-        truth = np.load(scene_dir / "gt" / "depth" / (Path(inp.name).stem + ".npy"))
-        before = load_view(inp, fusion_cfg.min_texture, fusion_cfg.min_segment, fusion_cfg.segment_depth_step, 0)
-        after = load_view(inp, fusion_cfg.min_texture, fusion_cfg.min_segment, fusion_cfg.segment_depth_step,
-                          radius, edge)
-        usable_before = (before.depth > 0) & (before.blocked == 0)
-        usable_after = (after.depth > 0) & (after.blocked == 0)
-        background = ~(truth > 0)
-        totals["background_with_depth"] += int(np.count_nonzero(usable_before & background))
-        totals["background_kept"] += int(np.count_nonzero(usable_after & background))
-        totals["surface_usable"] += int(np.count_nonzero(usable_before & ~background))
-        totals["surface_taken"] += int(np.count_nonzero(usable_before & ~usable_after & ~background))
+        background = ~(gt_depth(scene_dir / "gt" / "depth", inp) > 0)
+        view = load_view(inp, fusion_cfg.min_texture, fusion_cfg.min_segment, fusion_cfg.segment_depth_step, 0)
+        usable = (view.depth > 0) & (view.blocked == 0)
+        for t, (radius, edge) in zip(totals, settings):
+            taken = halo_pixels(view.color, usable, radius, edge)
+            t["background_with_depth"] += int(np.count_nonzero(usable & background))
+            t["background_kept"] += int(np.count_nonzero(usable & ~taken & background))
+            t["surface_usable"] += int(np.count_nonzero(usable & ~background))
+            t["surface_taken"] += int(np.count_nonzero(taken & ~background))
     return totals
 
 
@@ -72,11 +76,10 @@ def main(argv=None) -> int:
     print(f"{args.scene}: {sum(i is not None for i in inputs)} views, {map_type} maps")
     print("| halo_radius:halo_edge | background pixels with depth kept (share the halo took) | surface pixels taken (share) |")
     print("|---|---|---|")
-    for setting in args.settings.split(","):
-        radius, edge = setting.split(":")
-        t = count(args.scene, inputs, cfg.fusion, int(radius), float(edge))
+    settings = [(int(r), float(e)) for r, e in (v.split(":") for v in args.settings.split(","))]
+    for (radius, edge), t in zip(settings, count(args.scene, inputs, cfg.fusion, settings)):
         took = 1 - t["background_kept"] / max(t["background_with_depth"], 1)
-        print(f"| {setting} | {t['background_kept']:,} of {t['background_with_depth']:,} ({took:.3f}) | "
+        print(f"| {radius}:{edge:g} | {t['background_kept']:,} of {t['background_with_depth']:,} ({took:.3f}) | "
               f"{t['surface_taken']:,} of {t['surface_usable']:,} ({t['surface_taken'] / max(t['surface_usable'], 1):.4f}) |")
     clouds = [Path(c) for c in args.clouds.split(",")] if args.clouds else [args.run / "fused.ply"]
     for cloud in clouds:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from .halo_edge import OPEN_BACKGROUND_SHARE, no_edge_to_open_background
+from .halo_edge import no_edge_to_open_background
 
 NEAR_BACKGROUND = 1 / 3   # "background-coloured": within this share of the two means' distance
 MIN_SIDE_SHARE = 0.1   # each side needs this share of the window's pixels (in the image) for its mean to count
@@ -79,7 +79,7 @@ def halo_pixels(color: np.ndarray, usable: np.ndarray, radius: int, edge: float 
     contrast = np.sqrt(((fg - bg) ** 2).sum(1))
     halo = (fg_count >= least) & (bg_count >= least) & (to_bg < to_fg) & (to_bg < NEAR_BACKGROUND * contrast)
     if edge > 0:
-        halo |= no_edge_to_open_background(color, background, ys, xs, radius, edge, OPEN_BACKGROUND_SHARE * h * w)
+        halo |= no_edge_to_open_background(color, background, ys, xs, radius, edge)
     out = np.zeros(usable.shape, bool)
     out[ys[halo], xs[halo]] = True
     return out

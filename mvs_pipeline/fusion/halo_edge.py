@@ -32,13 +32,14 @@ def colour_gradient(color: np.ndarray) -> np.ndarray:
 
 
 def no_edge_to_open_background(color: np.ndarray, background: np.ndarray, ys: np.ndarray, xs: np.ndarray,
-                               radius: int, edge: float, min_open_pixels: float) -> np.ndarray:
-    """[N] bool: the band pixels (ys, xs), each within `radius` px of `background` ([H, W] uint8),
-    whose nearest background pixel lies in an open region (open_regions) and whose straight path
-    to it crosses no colour gradient of `edge` or more. Only the open regions' surroundings are
-    computed (the labels and gradients of a whole 3200x2130 image cost ~0.15 s a view)."""
+                               radius: int, edge: float) -> np.ndarray:
+    """[N] bool: the band pixels (ys, xs), each within `radius` px of `background` ([H, W] uint8,
+    the whole image), whose nearest background pixel lies in an open region (open_regions of
+    OPEN_BACKGROUND_SHARE of the image) and whose straight path to it crosses no colour gradient
+    of `edge` or more. Only the open regions' surroundings are computed (the labels and gradients
+    of a whole 3200x2130 image cost ~0.15 s a view)."""
     out = np.zeros(len(ys), bool)
-    opened = open_regions(background, min_open_pixels)
+    opened = open_regions(background, OPEN_BACKGROUND_SHARE * background.size)
     if not opened.any():
         return out
     # a pixel whose nearest background is open lies within `radius` of open background (the
@@ -101,7 +102,7 @@ def largest_gradient_on_paths(gradient: np.ndarray, ys: np.ndarray, xs: np.ndarr
 def open_regions(background: np.ndarray, min_pixels: float) -> np.ndarray:
     """[H, W] bool: the `background` pixels ([H, W] uint8) of 8-connected regions of at least
     `min_pixels` pixels."""
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(background, connectivity=8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(background, connectivity=8)
     large = stats[:, cv2.CC_STAT_AREA] >= min_pixels
     large[0] = False   # label 0: the pixels that are not background
     return large[labels]
