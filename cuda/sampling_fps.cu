@@ -458,3 +458,309 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
     updates = fps_warp_sum_u64(updates);
     if (lane == 0 && updates) atomicAdd(&leaf_updates[blockIdx.x], updates);
 }
+
+// ---------------------------------------------------------------------------------------------
+// DRAFT (session 15, branch fps-batched-draft): compiled, NEVER RUN ON A GPU. Batched exact FPS:
+// several samples per grid-wide exchange (scripts/fps_batch_study.py, BENCHMARKS.md "FPS: several
+// exact samples per barrier"). Only built when the launcher passes -DFPS_BATCHED_OFFERS=T.
+//
+// Per round r (every block):
+//   A. its T + 1 best leaves (by leaf key), then the T + 1 farthest points among their points;
+//   B. publishes them (key, x, y, z, sorted position), tagged with r, in buffer r & 1;
+//   C. reads every block's T + 1 entries: the first T are candidates, the (T + 1)-th keys give the
+//      threshold (their maximum);
+//   D. warp 0 runs FPS on the candidates alone while the farthest candidate's key is above the
+//      threshold: each such candidate is the true next sample (all other points are at most the
+//      threshold and distances only shrink). Every block computes the same list;
+//   E. each warp applies the round's samples to its leaves within reach (box test, or the leaf
+//      holding a sample's sorted position) and recomputes their keys.
+// Keys are the tree kernel's 58-bit keys (ties to the lower original index), so the sequence is
+// fps_tree's. Buffers are double-buffered by round parity (see the tree kernel's argument).
+// ---------------------------------------------------------------------------------------------
+#ifdef FPS_BATCHED_OFFERS
+#ifndef FPS_BATCHED_MAX_GRID
+#define FPS_BATCHED_MAX_GRID 160
+#endif
+#define FPS_BT FPS_THREADS
+#define FPS_BW (FPS_BT / 32)
+#define FPS_OFFER_ROWS (FPS_BATCHED_OFFERS + 1)
+#define FPS_MAX_CANDIDATES (FPS_BATCHED_MAX_GRID * FPS_BATCHED_OFFERS)
+#define FPS_CAND_PER_LANE ((FPS_MAX_CANDIDATES + 31) / 32)
+#define FPS_ENTRY_WORDS 8
+
+// block-wide max of a u64 (all threads get it); scratch: FPS_BW entries
+__device__ __forceinline__ unsigned long long fps_block_max_key(unsigned long long v, unsigned long long* scratch)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = fps_warp_max_u64(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < FPS_BW ? scratch[lane] : 0ull;
+    return fps_warp_max_u64(v);
+}
+
+extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
+    const float4* __restrict__ pts,      // [N] Morton-sorted x, y, z, original index (int bits)
+    float* __restrict__ mind,            // [N] scratch (sorted order)
+    unsigned long long* slots,           // [2, G, T + 1, 8] zero-initialised publication slots
+    unsigned long long* sel_key,         // [M] 58-bit key of sample k, written by block 0; [0] unused
+    int* status,                         // [1] set to 1 when an exchange timed out
+    int* rounds_out,                     // [1] rounds taken (block 0)
+    const int n, const int m, const int start_pos, const int leaf_size, const int leaves_per_block,
+    const long long timeout_ns)
+{
+    extern __shared__ unsigned char fps_bsmem[];
+    const int lpb = leaves_per_block;
+    float* box = reinterpret_cast<float*>(fps_bsmem);                                  // [6, LPB]
+    unsigned long long* leaf_key = reinterpret_cast<unsigned long long*>(box + 6 * lpb);  // [LPB]
+
+    __shared__ unsigned long long s_scratch[FPS_BW];
+    __shared__ int s_top_leaf[FPS_OFFER_ROWS];
+    __shared__ unsigned long long s_offer_key[FPS_OFFER_ROWS];
+    __shared__ float s_offer_xyz[3][FPS_OFFER_ROWS];
+    __shared__ int s_offer_pos[FPS_OFFER_ROWS];
+    __shared__ unsigned long long s_cand_key[FPS_MAX_CANDIDATES];
+    __shared__ float s_cand_xyz[3][FPS_MAX_CANDIDATES];
+    __shared__ int s_cand_pos[FPS_MAX_CANDIDATES];
+    __shared__ unsigned long long s_threshold;
+    __shared__ float s_acc_xyz[3][FPS_MAX_CANDIDATES];
+    __shared__ int s_acc_pos[FPS_MAX_CANDIDATES];
+    __shared__ int s_num_acc, s_taken, s_abort;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int G = gridDim.x;
+    const long long num_leaves = (n + (long long)leaf_size - 1) / leaf_size;
+    const float inf = __int_as_float(FPS_INF_BITS);
+
+    // init: mind = +inf; boxes and keys of the block's leaves (leaf jl is global leaf blockIdx + jl * G)
+    for (int jl = threadIdx.x; jl < lpb; jl += FPS_BT) {
+        const long long j = blockIdx.x + (long long)jl * G;
+        unsigned long long key = 0ull;
+        float lo0 = inf, lo1 = inf, lo2 = inf, hi0 = -inf, hi1 = -inf, hi2 = -inf;
+        if (j < num_leaves) {
+            const long long begin = j * leaf_size, end = min((long long)n, begin + leaf_size);
+            for (long long p = begin; p < end; ++p) {
+                const float4 q = pts[p];
+                mind[p] = inf;
+                lo0 = fminf(lo0, q.x); lo1 = fminf(lo1, q.y); lo2 = fminf(lo2, q.z);
+                hi0 = fmaxf(hi0, q.x); hi1 = fmaxf(hi1, q.y); hi2 = fmaxf(hi2, q.z);
+                key = max(key, fps_key58(inf, (unsigned int)__float_as_int(q.w)));
+            }
+        }
+        box[jl] = lo0; box[lpb + jl] = lo1; box[2 * lpb + jl] = lo2;
+        box[3 * lpb + jl] = hi0; box[4 * lpb + jl] = hi1; box[5 * lpb + jl] = hi2;
+        leaf_key[jl] = key;
+    }
+    if (threadIdx.x == 0) {
+        // sample 0: the start point, applied by the first update pass below
+        const float4 q = pts[start_pos];
+        s_acc_xyz[0][0] = q.x; s_acc_xyz[1][0] = q.y; s_acc_xyz[2][0] = q.z;
+        s_acc_pos[0] = start_pos;
+        s_num_acc = 1;
+        s_taken = 1;
+        s_abort = 0;
+    }
+    __syncthreads();
+
+    for (int round = 0;; ++round) {
+        // ---- E: apply the accepted samples to this block's leaves within reach ----
+        const int num_acc = s_num_acc;
+        for (int jl = warp; jl < lpb; jl += FPS_BW) {
+            const long long j = blockIdx.x + (long long)jl * G;
+            if (j >= num_leaves) continue;
+            const long long begin = j * leaf_size, end = min((long long)n, begin + leaf_size);
+            const unsigned long long lk = leaf_key[jl];
+            bool any = false;
+            for (int base = 0; base < num_acc; base += 32) {
+                const int s = base + lane;
+                bool hit = false;
+                if (s < num_acc) {
+                    const int pos = s_acc_pos[s];
+                    if (pos >= begin && pos < end) {
+                        hit = true;
+                    } else if ((lk >> FPS_INDEX_BITS) != 0ull) {
+                        const float lb = po_box_dist2(s_acc_xyz[0][s], s_acc_xyz[1][s], s_acc_xyz[2][s],
+                                                      box[jl], box[lpb + jl], box[2 * lpb + jl],
+                                                      box[3 * lpb + jl], box[4 * lpb + jl], box[5 * lpb + jl]);
+                        hit = __float_as_uint(lb) < fps_key58_dist_bits(lk);
+                    }
+                }
+                unsigned int pending = __ballot_sync(FPS_FULL_MASK, hit);
+                any |= pending != 0u;
+                while (pending) {
+                    const int src = __ffs(pending) - 1;
+                    pending &= pending - 1u;
+                    const int s2 = base + src;
+                    const float sx = s_acc_xyz[0][s2], sy = s_acc_xyz[1][s2], sz = s_acc_xyz[2][s2];
+                    const int spos = s_acc_pos[s2];
+                    for (long long p = begin + lane; p < end; p += 32) {
+                        float v = mind[p];
+                        if (p == spos) {
+                            mind[p] = PO_SELECTED;
+                        } else if (__float_as_int(v) >= 0) {
+                            const float4 q = pts[p];
+                            const float d = po_dist2(q.x, q.y, q.z, sx, sy, sz);
+                            if (__float_as_int(d) < __float_as_int(v)) mind[p] = d;
+                        }
+                    }
+                    __syncwarp();
+                }
+            }
+            if (any) {   // warp-uniform: the leaf's key again
+                unsigned long long best = 0ull;
+                for (long long p = begin + lane; p < end; p += 32)
+                    best = max(best, fps_key58(mind[p], (unsigned int)__float_as_int(pts[p].w)));
+                best = fps_warp_max_u64(best);
+                if (lane == 0) leaf_key[jl] = best;
+            }
+        }
+        __syncthreads();
+        if (s_taken >= m || s_abort) break;
+
+        // ---- A: the block's T + 1 best leaves, then its T + 1 farthest points among them ----
+        for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
+            unsigned long long mine = 0ull;
+            for (int jl = threadIdx.x; jl < lpb; jl += FPS_BT) {
+                bool taken_leaf = false;
+                for (int u = 0; u < t; ++u) taken_leaf |= s_top_leaf[u] == jl;
+                if (!taken_leaf) mine = max(mine, leaf_key[jl]);
+            }
+            const unsigned long long best = fps_block_max_key(mine, s_scratch);
+            if (threadIdx.x == 0) s_top_leaf[t] = -1;
+            __syncthreads();
+            if (best != 0ull)
+                for (int jl = threadIdx.x; jl < lpb; jl += FPS_BT)
+                    if (leaf_key[jl] == best) s_top_leaf[t] = jl;   // keys are unique
+            __syncthreads();
+        }
+        for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
+            unsigned long long mine = 0ull;
+            for (int u = 0; u < FPS_OFFER_ROWS; ++u) {
+                const int jl = s_top_leaf[u];
+                if (jl < 0) continue;
+                const long long j = blockIdx.x + (long long)jl * G;
+                const long long begin = j * leaf_size, end = min((long long)n, begin + leaf_size);
+                for (long long p = begin + threadIdx.x; p < end; p += FPS_BT) {
+                    const unsigned long long kp = fps_key58(mind[p], (unsigned int)__float_as_int(pts[p].w));
+                    bool offered = false;
+                    for (int w = 0; w < t; ++w) offered |= s_offer_pos[w] == (int)p;
+                    if (!offered) mine = max(mine, kp);
+                }
+            }
+            const unsigned long long best = fps_block_max_key(mine, s_scratch);
+            if (threadIdx.x == 0) { s_offer_key[t] = best; s_offer_pos[t] = -1; }
+            __syncthreads();
+            if (best != 0ull)
+                for (int u = 0; u < FPS_OFFER_ROWS; ++u) {
+                    const int jl = s_top_leaf[u];
+                    if (jl < 0) continue;
+                    const long long j = blockIdx.x + (long long)jl * G;
+                    const long long begin = j * leaf_size, end = min((long long)n, begin + leaf_size);
+                    for (long long p = begin + threadIdx.x; p < end; p += FPS_BT) {
+                        const float4 q = pts[p];
+                        if (fps_key58(mind[p], (unsigned int)__float_as_int(q.w)) == best) {
+                            s_offer_pos[t] = (int)p;
+                            s_offer_xyz[0][t] = q.x; s_offer_xyz[1][t] = q.y; s_offer_xyz[2][t] = q.z;
+                        }
+                    }
+                }
+            __syncthreads();
+        }
+
+        // ---- B: publish ----
+        const unsigned long long tag = (unsigned long long)(unsigned int)round << 32;
+        const unsigned long long key_tag = (unsigned long long)(round & 63) << 58;
+        unsigned long long* buffer = slots + (size_t)(round & 1) * G * FPS_OFFER_ROWS * FPS_ENTRY_WORDS;
+        if (threadIdx.x < FPS_OFFER_ROWS) {
+            const int t = threadIdx.x;
+            unsigned long long* e = buffer + ((size_t)blockIdx.x * FPS_OFFER_ROWS + t) * FPS_ENTRY_WORDS;
+            fps_store_relaxed(e + 0, tag | __float_as_uint(s_offer_xyz[0][t]));
+            fps_store_relaxed(e + 1, tag | __float_as_uint(s_offer_xyz[1][t]));
+            fps_store_relaxed(e + 2, tag | __float_as_uint(s_offer_xyz[2][t]));
+            fps_store_relaxed(e + 3, tag | (unsigned int)s_offer_pos[t]);
+            fps_store_relaxed(e + 4, key_tag | s_offer_key[t]);
+        }
+
+        // ---- C: read every block's entries ----
+        if (threadIdx.x == 0) s_threshold = 0ull;
+        __syncthreads();
+        const unsigned long long t0 = po_globaltimer_ns();
+        for (int e = threadIdx.x; e < G * FPS_OFFER_ROWS; e += FPS_BT) {
+            const unsigned long long* s = buffer + (size_t)e * FPS_ENTRY_WORDS;
+            unsigned long long w0, w1, w2, w3, w4, w5;
+            for (;;) {
+                fps_load_relaxed_v2(s, w0, w1);
+                fps_load_relaxed_v2(s + 2, w2, w3);
+                fps_load_relaxed_v2(s + 4, w4, w5);
+                if ((w0 & ~0xffffffffull) == tag && (w1 & ~0xffffffffull) == tag && (w2 & ~0xffffffffull) == tag &&
+                    (w3 & ~0xffffffffull) == tag && (w4 & ~FPS_KEY_MASK) == key_tag) break;
+                if ((long long)(po_globaltimer_ns() - t0) > timeout_ns) { s_abort = 1; atomicExch(status, 1); break; }
+            }
+            const int b = e / FPS_OFFER_ROWS, t = e % FPS_OFFER_ROWS;
+            const unsigned long long kv = w4 & FPS_KEY_MASK;
+            if (t == FPS_BATCHED_OFFERS) {
+                atomicMax(&s_threshold, kv);
+            } else {
+                const int c = b * FPS_BATCHED_OFFERS + t;
+                s_cand_key[c] = kv;
+                s_cand_xyz[0][c] = __uint_as_float((unsigned int)w0);
+                s_cand_xyz[1][c] = __uint_as_float((unsigned int)w1);
+                s_cand_xyz[2][c] = __uint_as_float((unsigned int)w2);
+                s_cand_pos[c] = (int)(unsigned int)w3;
+            }
+        }
+        __syncthreads();
+        if (s_abort) break;
+
+        // ---- D: certification (warp 0; every block computes the same list) ----
+        if (warp == 0) {
+            const int nc = G * FPS_BATCHED_OFFERS;
+            unsigned long long key[FPS_CAND_PER_LANE];
+#pragma unroll
+            for (int u = 0; u < FPS_CAND_PER_LANE; ++u) {
+                const int c = lane + 32 * u;
+                key[u] = c < nc ? s_cand_key[c] : 0ull;
+            }
+            const unsigned long long thr = s_threshold;
+            int taken = s_taken, accepted = 0;
+            while (taken < m) {
+                unsigned long long mine = 0ull;
+#pragma unroll
+                for (int u = 0; u < FPS_CAND_PER_LANE; ++u) mine = max(mine, key[u]);
+                const unsigned long long best = fps_warp_max_u64(mine);
+                // a selected point's key keeps its index bits (fps_key58): live keys have distance bits
+                if ((best >> FPS_INDEX_BITS) == 0ull || best <= thr) break;
+                // the lane and slot holding it
+                int cbest = -1;
+#pragma unroll
+                for (int u = 0; u < FPS_CAND_PER_LANE; ++u)
+                    if (key[u] == best) cbest = lane + 32 * u;
+                const unsigned int who = __ballot_sync(FPS_FULL_MASK, cbest >= 0);
+                cbest = __shfl_sync(FPS_FULL_MASK, cbest, __ffs(who) - 1);
+                const float sx = s_cand_xyz[0][cbest], sy = s_cand_xyz[1][cbest], sz = s_cand_xyz[2][cbest];
+                if (lane == 0) {
+                    s_acc_xyz[0][accepted] = sx; s_acc_xyz[1][accepted] = sy; s_acc_xyz[2][accepted] = sz;
+                    s_acc_pos[accepted] = s_cand_pos[cbest];
+                    if (blockIdx.x == 0) sel_key[taken] = best;
+                }
+                ++accepted;
+                ++taken;
+#pragma unroll
+                for (int u = 0; u < FPS_CAND_PER_LANE; ++u) {
+                    const int c = lane + 32 * u;
+                    if (key[u] == best) {
+                        key[u] = 0ull;
+                    } else if ((key[u] >> FPS_INDEX_BITS) != 0ull) {
+                        const float d = po_dist2(s_cand_xyz[0][c], s_cand_xyz[1][c], s_cand_xyz[2][c], sx, sy, sz);
+                        if (__float_as_uint(d) < fps_key58_dist_bits(key[u])) key[u] = fps_key58(d, fps_key58_index(key[u]));
+                    }
+                }
+            }
+            if (lane == 0) { s_num_acc = accepted; s_taken = taken; }
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && threadIdx.x == 0) rounds_out[0] = round + 1;
+    }
+}
+#endif

@@ -346,3 +346,33 @@ def test_gpu_out_of_memory_falls_back(cupy, monkeypatch, caplog):
     np.testing.assert_array_equal(idx, fps_reference(xyz, 100)[0])
     with pytest.raises(BackendUnavailable):
         farthest_point_sampling(xyz, 100, backend="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CLOUDS))
+@pytest.mark.parametrize("leaf_size", [128, 32, 1])
+def test_gpu_batched_kernel_matches_reference(cupy, name, leaf_size):
+    """DRAFT kernel (branch fps-batched-draft, never run before this test): the batched rounds
+    give the reference's sequence."""
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = CLOUDS[name]
+    m = 500
+    idx, d2, info = kfps.fps_batched(cupy.asarray(xyz), m, 31, leaf_size=leaf_size)
+    ref_idx, ref_d2 = fps_reference(xyz, m, 31)
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+    assert 1 <= info["rounds"] < m   # several samples a round
+
+
+@pytest.mark.gpu
+def test_gpu_batched_kernel_all_points_duplicates_and_tiny(cupy):
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    xyz = duplicate_cloud(1001, 12)
+    idx, _d2, _ = kfps.fps_batched(cupy.asarray(xyz), 1001, 1000, leaf_size=32)
+    np.testing.assert_array_equal(idx.get(), fps_reference(xyz, 1001, 1000)[0])
+    one = cupy.zeros((1, 3), dtype=cupy.float32)
+    assert kfps.fps_batched(one, 1, 0)[0].get().tolist() == [0]
+    two = cupy.asarray(np.array([[0, 0, 0], [1, 0, 0]], np.float32))
+    assert kfps.fps_batched(two, 2, 1)[0].get().tolist() == [1, 0]

@@ -152,6 +152,86 @@ def _max_blocks_per_sm(cupy, kernel, threads: int, shared_bytes: int) -> int | N
         return None
 
 
+def _morton_sorted(cupy, xyz):
+    """(pts [N, 4] float32: x, y, z sorted along a Morton curve and the original index as int
+    bits, one 16-byte load a point; order [N]: the original index of each sorted point)."""
+    n = int(xyz.shape[0])
+    lo, hi = (cupy.asnumpy(b).astype(np.float64) for b in column_bounds(xyz))
+    extent = float((hi - lo).max())
+    scale = 2097151.0 / extent if extent > 0 else 0.0
+    codes = cupy.empty(n, dtype=cupy.uint64)
+    get_kernel(_CU, "fps_morton_codes", _OPTIONS)(
+        (-(-n // 256),), (256,),
+        (xyz, np.int32(n), np.float32(lo[0]), np.float32(lo[1]), np.float32(lo[2]), np.float32(scale), codes))
+    order = cupy.argsort(codes)
+    del codes
+    pts = cupy.empty((n, 4), dtype=cupy.float32)
+    pts[:, :3] = xyz[order]
+    pts[:, 3] = order.astype(cupy.int32).view(cupy.float32)
+    return pts, order
+
+
+def _indices_of_keys(cupy, sel_key, start: int):
+    """58-bit keys ((distance bits + 1) << 27 | (2^27 - 1 - index); sample 0 is the start) ->
+    (indices [M] int64, d2 at selection [M] float32, +inf for sample 0)."""
+    indices = (np.uint64(_INDEX_MASK) - (sel_key & np.uint64(_INDEX_MASK))).astype(cupy.int64)
+    d2 = ((sel_key >> np.uint64(27)).astype(cupy.uint32) - np.uint32(1)).view(cupy.float32)
+    indices[0] = start
+    d2[0] = np.inf
+    return indices, d2
+
+
+# DRAFT (session 15, branch fps-batched-draft): never run on a GPU. The batched kernel's offers per
+# block (compile-time; its candidate arrays are static shared memory, so at most 4 with 160 blocks).
+BATCHED_OFFERS = 4
+BATCHED_MAX_GRID = 160
+
+
+def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, threads: int = 512,
+                timeout_s: float = 10.0):
+    """DRAFT, never run: exact FPS of one cloud with several samples per grid-wide exchange
+    (cuda/sampling_fps.cu, fps_batched_persistent). Same contract as fps_tree."""
+    cupy = import_cupy()
+    _check("xyz", xyz, cupy, np.float32, 2, 3)
+    n, m = int(xyz.shape[0]), int(num_samples)
+    if not 1 <= m <= n:
+        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
+    if not 0 <= start < n:
+        raise ValueError(f"start must be in [0, {n}), got {start}")
+    if n >= TREE_MAX_POINTS:
+        raise ValueError(f"fps_batched handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+    device = cupy.cuda.Device()
+    grid = int(device.attributes["MultiProcessorCount"])
+    if grid > BATCHED_MAX_GRID:
+        raise ValueError(f"fps_batched: {grid} SMs, the kernel is built for at most {BATCHED_MAX_GRID}")
+    num_leaves = -(-n // leaf_size)
+    leaves_per_block = -(-num_leaves // grid)
+    shared = leaves_per_block * 32   # 6 float box + u64 key per leaf
+    options = (*_OPTIONS, f"-DFPS_THREADS={threads}", f"-DFPS_BATCHED_OFFERS={BATCHED_OFFERS}",
+               f"-DFPS_BATCHED_MAX_GRID={BATCHED_MAX_GRID}")
+    kernel = get_kernel(_CU, "fps_batched_persistent", options)
+    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
+    if shared + static > 48 * 1024:
+        kernel.max_dynamic_shared_size_bytes = shared
+    pts, order = _morton_sorted(cupy, xyz)
+    start_pos = int(cupy.nonzero(order == start)[0][0].get())
+    del order
+    mind = cupy.empty(n, dtype=cupy.float32)
+    slots = cupy.zeros(2 * grid * (BATCHED_OFFERS + 1) * 8, dtype=cupy.uint64)
+    sel_key = cupy.zeros(m, dtype=cupy.uint64)
+    status = cupy.zeros(1, dtype=cupy.int32)
+    rounds = cupy.zeros(1, dtype=cupy.int32)
+    kernel((grid,), (threads,),
+           (pts, mind, slots, sel_key, status, rounds, np.int32(n), np.int32(m), np.int32(start_pos),
+            np.int32(leaf_size), np.int32(leaves_per_block), np.int64(int(timeout_s * 1e9))),
+           shared_mem=shared)
+    if int(status.get()[0]) != 0:
+        raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s")
+    indices, d2 = _indices_of_keys(cupy, sel_key, start)
+    return indices, d2, {"grid": grid, "threads": threads, "leaf_size": leaf_size, "rounds": int(rounds.get()[0]),
+                         "offers": BATCHED_OFFERS}
+
+
 def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, blocks_per_sm: int = 1,
              threads: int | None = None, grid: int | None = None, timeout_s: float = 10.0):
     """Exact FPS of one cloud with the persistent kernel. xyz [N, 3] float32
@@ -202,21 +282,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
         raise MVSError(f"fps_tree: {blocks_per_sm} blocks per SM requested but only {per_sm} fit "
                        f"({threads} threads, {shared} B shared); all blocks must be resident at once")
 
-    # Spatial sort: Morton codes in the bounding cube, radix sort, float4 gather.
-    lo, hi = (cupy.asnumpy(b).astype(np.float64) for b in column_bounds(xyz))
-    extent = float((hi - lo).max())
-    scale = 2097151.0 / extent if extent > 0 else 0.0
-    codes = cupy.empty(n, dtype=cupy.uint64)
-    get_kernel(_CU, "fps_morton_codes", _OPTIONS)(
-        (-(-n // 256),), (256,),
-        (xyz, np.int32(n), np.float32(lo[0]), np.float32(lo[1]), np.float32(lo[2]), np.float32(scale), codes))
-    order = cupy.argsort(codes)
-    del codes
-    # [N, 4] float32: sorted x, y, z and the original index as int bits (one 16-byte load a point)
-    pts = cupy.empty((n, 4), dtype=cupy.float32)
-    pts[:, :3] = xyz[order]
-    pts[:, 3] = order.astype(cupy.int32).view(cupy.float32)
-    del order
+    pts, _ = _morton_sorted(cupy, xyz)
     start_xyz = cupy.asnumpy(xyz[start]).astype(np.float32)
     mind = cupy.empty(n, dtype=cupy.float32)
     slots = cupy.zeros(2 * grid * 4, dtype=cupy.uint64)
@@ -232,11 +298,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
     if int(status.get()[0]) != 0:
         raise RuntimeError(f"fps_tree_persistent: a grid barrier timed out after {timeout_s} s; the {grid} "
                            "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
-    # 58-bit keys: (distance bits + 1) << 27 | (2^27 - 1 - index); sample 0 is the start.
-    indices = (np.uint64(_INDEX_MASK) - (sel_key & np.uint64(_INDEX_MASK))).astype(cupy.int64)
-    d2 = ((sel_key >> np.uint64(27)).astype(cupy.uint32) - np.uint32(1)).view(cupy.float32)
-    indices[0] = start
-    d2[0] = np.inf
+    indices, d2 = _indices_of_keys(cupy, sel_key, start)
     updated_leaves = int(leaf_updates.sum().get())
     info = {"grid": grid, "threads": threads, "leaf_size": leaf, "leaves_per_block": leaves_per_block,
             "leaves_per_thread": leaves_per_thread, "poll_warps": num_poll_warps, "shared_bytes": shared,
