@@ -184,7 +184,8 @@ def _indices_of_keys(cupy, sel_key, start: int):
 # DRAFT (session 15, branch fps-batched-draft): never run on a GPU. The batched kernel's offers per
 # block (compile-time; its candidate arrays are static shared memory, so at most 4 with 160 blocks).
 BATCHED_OFFERS = 4
-BATCHED_MAX_GRID = 160
+BATCHED_MAX_GRID = 132
+BATCHED_MAX_LEAF = 256   # A2 keeps a leaf's keys in registers, 8 a lane
 
 
 def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, threads: int = 512,
@@ -198,6 +199,8 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, thre
         raise ValueError(f"num_samples must be in [1, {n}], got {m}")
     if not 0 <= start < n:
         raise ValueError(f"start must be in [0, {n}), got {start}")
+    if not 1 <= leaf_size <= BATCHED_MAX_LEAF:
+        raise ValueError(f"fps_batched: leaf_size must be in [1, {BATCHED_MAX_LEAF}], got {leaf_size}")
     if n >= TREE_MAX_POINTS:
         raise ValueError(f"fps_batched handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
     device = cupy.cuda.Device()
@@ -206,9 +209,10 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, thre
         raise ValueError(f"fps_batched: {grid} SMs, the kernel is built for at most {BATCHED_MAX_GRID}")
     num_leaves = -(-n // leaf_size)
     leaves_per_block = -(-num_leaves // grid)
-    shared = leaves_per_block * 32   # 6 float box + u64 key per leaf
+    # 6 float box, u64 key, int hit-list entry per leaf; 6 float box per group of 32 leaves
+    shared = leaves_per_block * 36 + -(-leaves_per_block // 32) * 24
     options = (*_OPTIONS, f"-DFPS_THREADS={threads}", f"-DFPS_BATCHED_OFFERS={BATCHED_OFFERS}",
-               f"-DFPS_BATCHED_MAX_GRID={BATCHED_MAX_GRID}")
+               f"-DFPS_BATCHED_MAX_GRID={BATCHED_MAX_GRID}", f"-DFPS_BATCHED_MAX_LEAF={BATCHED_MAX_LEAF}")
     kernel = get_kernel(_CU, "fps_batched_persistent", options)
     static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
     if shared + static > 48 * 1024:
@@ -221,15 +225,18 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, thre
     sel_key = cupy.zeros(m, dtype=cupy.uint64)
     status = cupy.zeros(1, dtype=cupy.int32)
     rounds = cupy.zeros(1, dtype=cupy.int32)
+    prof = cupy.zeros(8, dtype=cupy.int64)
     kernel((grid,), (threads,),
-           (pts, mind, slots, sel_key, status, rounds, np.int32(n), np.int32(m), np.int32(start_pos),
+           (pts, mind, slots, sel_key, status, rounds, prof, np.int32(n), np.int32(m), np.int32(start_pos),
             np.int32(leaf_size), np.int32(leaves_per_block), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
     if int(status.get()[0]) != 0:
         raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s")
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
     return indices, d2, {"grid": grid, "threads": threads, "leaf_size": leaf_size, "rounds": int(rounds.get()[0]),
-                         "offers": BATCHED_OFFERS}
+                         "offers": BATCHED_OFFERS, "profile": dict(zip(
+                             ("cycles_update", "cycles_offer", "cycles_exchange", "cycles_certify", "leaf_sample_hits",
+                              "leaves_rekeyed", "live_candidates", "prefix_taken"), prof.get().tolist()))}
 
 
 def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, blocks_per_sm: int = 1,
