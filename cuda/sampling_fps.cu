@@ -460,22 +460,27 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
 }
 
 // ---------------------------------------------------------------------------------------------
-// DRAFT (session 15, branch fps-batched-draft): compiled, NEVER RUN ON A GPU. Batched exact FPS:
-// several samples per grid-wide exchange (scripts/fps_batch_study.py, BENCHMARKS.md "FPS: several
-// exact samples per barrier"). Only built when the launcher passes -DFPS_BATCHED_OFFERS=T.
+// Batched exact FPS: many samples per grid-wide exchange (launcher: fps/batched.py; the study:
+// scripts/fps_batch_study.py; BENCHMARKS.md "FPS: several exact samples per barrier"). Built
+// when the launcher passes -DFPS_BATCHED_OFFERS=T.
+// ci-variant: -DFPS_THREADS=512 -DFPS_BATCHED_OFFERS=4 -DFPS_BATCHED_MAX_GRID=132 -DFPS_BATCHED_MAX_LEAF=256
 //
-// Per round r (every block):
-//   A. its T + 1 best leaves (by leaf key), then the T + 1 farthest points among their points;
-//   B. publishes them (key, x, y, z, sorted position), tagged with r, in buffer r & 1;
-//   C. reads every block's T + 1 entries: the first T are candidates, the (T + 1)-th keys give the
-//      threshold (their maximum);
-//   D. warp 0 runs FPS on the candidates alone while the farthest candidate's key is above the
-//      threshold: each such candidate is the true next sample (all other points are at most the
-//      threshold and distances only shrink). Every block computes the same list;
-//   E. each warp applies the round's samples to its leaves within reach (box test, or the leaf
-//      holding a sample's sorted position) and recomputes their keys.
+// Per round r (every block; leaf jl of block b is global leaf b + jl * G, so a block's points
+// spread over the whole cloud and the farthest points fall evenly among the blocks):
+//   E. applies the samples accepted last round to its leaves within reach (group boxes, then
+//      leaf boxes, then a warp per reached leaf) and recomputes those leaves' keys;
+//   A. finds its T + 1 best leaves (by key), then its T + 1 farthest points among them;
+//   B. publishes them (x, y, z, sorted position, key), tagged with r + 1, in buffer r & 1;
+//   C. reads every block's T + 1 entries: the first T are candidates, the largest (T + 1)-th
+//      key is the threshold (no unoffered point anywhere is farther);
+//   D. runs FPS on the candidates alone while the farthest candidate's key is above the
+//      threshold: each such candidate is the true next sample (every other point is at most the
+//      threshold and distances only shrink). D1 takes the key-ordered prefix that no larger-key
+//      candidate shortens at once; warp 0 goes on one sample at a time. Every block computes
+//      the same list.
 // Keys are the tree kernel's 58-bit keys (ties to the lower original index), so the sequence is
-// fps_tree's. Buffers are double-buffered by round parity (see the tree kernel's argument).
+// fps_tree's. Double buffering: a block writes buffer r & 1 again in round r + 2 only after
+// reading every block's round r + 1 entry, which each block publishes after reading round r.
 // ---------------------------------------------------------------------------------------------
 #ifdef FPS_BATCHED_OFFERS
 #ifndef FPS_BATCHED_MAX_GRID

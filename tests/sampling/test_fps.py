@@ -350,15 +350,15 @@ def test_gpu_out_of_memory_falls_back(cupy, monkeypatch, caplog):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(CLOUDS))
-@pytest.mark.parametrize("leaf_size", [128, 32, 1])
+@pytest.mark.parametrize("leaf_size", [None, 32, 1])
 def test_gpu_batched_kernel_matches_reference(cupy, name, leaf_size):
-    """DRAFT kernel (branch fps-batched-draft, never run before this test): the batched rounds
-    give the reference's sequence."""
-    from mvs_pipeline.sampling.points.fps import cuda as kfps
+    """Many samples per exchange, the reference's sequence and distances (keys tie to the lower
+    index on the grid plane and the duplicate cloud)."""
+    from mvs_pipeline.sampling.points.fps.batched import fps_batched
 
     xyz = CLOUDS[name]
     m = 500
-    idx, d2, info = kfps.fps_batched(cupy.asarray(xyz), m, 31, leaf_size=leaf_size)
+    idx, d2, info = fps_batched(cupy.asarray(xyz), m, 31, leaf_size=leaf_size)
     ref_idx, ref_d2 = fps_reference(xyz, m, 31)
     np.testing.assert_array_equal(idx.get(), ref_idx)
     np.testing.assert_array_equal(d2.get(), ref_d2)
@@ -366,13 +366,34 @@ def test_gpu_batched_kernel_matches_reference(cupy, name, leaf_size):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("grid", [1, 7])
+def test_gpu_batched_kernel_on_few_blocks(cupy, grid):
+    """Few blocks: many leaves per block (groups of 32 leaves, several groups per warp)."""
+    from mvs_pipeline.sampling.points.fps.batched import fps_batched
+
+    xyz = random_cloud(30000, 5)
+    idx, _d2, info = fps_batched(cupy.asarray(xyz), 3000, 0, grid=grid, leaf_size=8)
+    assert info["leaves_per_block"] > 32 * 16
+    np.testing.assert_array_equal(idx.get(), fps_reference(xyz, 3000, 0)[0])
+
+
+@pytest.mark.gpu
 def test_gpu_batched_kernel_all_points_duplicates_and_tiny(cupy):
-    from mvs_pipeline.sampling.points.fps import cuda as kfps
+    from mvs_pipeline.sampling.points.fps.batched import fps_batched
 
     xyz = duplicate_cloud(1001, 12)
-    idx, _d2, _ = kfps.fps_batched(cupy.asarray(xyz), 1001, 1000, leaf_size=32)
+    idx, _d2, _ = fps_batched(cupy.asarray(xyz), 1001, 1000, leaf_size=32)
     np.testing.assert_array_equal(idx.get(), fps_reference(xyz, 1001, 1000)[0])
     one = cupy.zeros((1, 3), dtype=cupy.float32)
-    assert kfps.fps_batched(one, 1, 0)[0].get().tolist() == [0]
+    assert fps_batched(one, 1, 0)[0].get().tolist() == [0]
     two = cupy.asarray(np.array([[0, 0, 0], [1, 0, 0]], np.float32))
-    assert kfps.fps_batched(two, 2, 1)[0].get().tolist() == [1, 0]
+    assert fps_batched(two, 2, 1)[0].get().tolist() == [1, 0]
+
+
+def test_batched_leaf_size_keeps_shared_memory_in_budget():
+    from mvs_pipeline.sampling.points.fps import batched
+
+    assert batched.choose_leaf_size(12_000_000, 132) == 128
+    leaf = batched.choose_leaf_size(120_000_000, 132)
+    assert leaf == 256
+    assert batched.shared_bytes(-(-(-(-120_000_000 // leaf)) // 132)) <= batched.SHARED_BUDGET

@@ -5,6 +5,7 @@
                (Morton-sorted leaves with bounding-box pruning, an all-gather of every block's
                best point per sample). Its shape (threads, leaves per thread, points per lane,
                polling warps) is compiled in through -D options, one cached module per shape.
+    batched.py beside it: the same sequence with many samples per all-gather (the GPU default).
 
 Both take validated float32 CuPy arrays (see mvs_pipeline/points/validate.py) and return the
 same index sequence as cpu.py.
@@ -133,9 +134,11 @@ PRECOMPILE_SM_COUNTS = (108, 84, 114, 132, 144, 148)
 
 
 def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
-    """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel and
-    the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
-    variants = {(_CU, _OPTIONS)}
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel, the
+    batched kernel and the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
+    from .batched import OPTIONS as batched_options  # noqa: PLC0415  (batched.py imports this module)
+
+    variants = {(_CU, _OPTIONS), (_CU, batched_options)}
     threads = default_tree_threads(1)
     for sms in PRECOMPILE_SM_COUNTS:
         for k in range(10, 27):
@@ -179,64 +182,6 @@ def _indices_of_keys(cupy, sel_key, start: int):
     indices[0] = start
     d2[0] = np.inf
     return indices, d2
-
-
-# DRAFT (session 15, branch fps-batched-draft): never run on a GPU. The batched kernel's offers per
-# block (compile-time; its candidate arrays are static shared memory, so at most 4 with 160 blocks).
-BATCHED_OFFERS = 4
-BATCHED_MAX_GRID = 132
-BATCHED_MAX_LEAF = 256   # A2 keeps a leaf's keys in registers, 8 a lane
-
-
-def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int = 128, threads: int = 512,
-                timeout_s: float = 10.0):
-    """DRAFT, never run: exact FPS of one cloud with several samples per grid-wide exchange
-    (cuda/sampling_fps.cu, fps_batched_persistent). Same contract as fps_tree."""
-    cupy = import_cupy()
-    _check("xyz", xyz, cupy, np.float32, 2, 3)
-    n, m = int(xyz.shape[0]), int(num_samples)
-    if not 1 <= m <= n:
-        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
-    if not 0 <= start < n:
-        raise ValueError(f"start must be in [0, {n}), got {start}")
-    if not 1 <= leaf_size <= BATCHED_MAX_LEAF:
-        raise ValueError(f"fps_batched: leaf_size must be in [1, {BATCHED_MAX_LEAF}], got {leaf_size}")
-    if n >= TREE_MAX_POINTS:
-        raise ValueError(f"fps_batched handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
-    device = cupy.cuda.Device()
-    grid = int(device.attributes["MultiProcessorCount"])
-    if grid > BATCHED_MAX_GRID:
-        raise ValueError(f"fps_batched: {grid} SMs, the kernel is built for at most {BATCHED_MAX_GRID}")
-    num_leaves = -(-n // leaf_size)
-    leaves_per_block = -(-num_leaves // grid)
-    # 6 float box, u64 key, int hit-list entry per leaf; 6 float box per group of 32 leaves
-    shared = leaves_per_block * 36 + -(-leaves_per_block // 32) * 24
-    options = (*_OPTIONS, f"-DFPS_THREADS={threads}", f"-DFPS_BATCHED_OFFERS={BATCHED_OFFERS}",
-               f"-DFPS_BATCHED_MAX_GRID={BATCHED_MAX_GRID}", f"-DFPS_BATCHED_MAX_LEAF={BATCHED_MAX_LEAF}")
-    kernel = get_kernel(_CU, "fps_batched_persistent", options)
-    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
-    if shared + static > 48 * 1024:
-        kernel.max_dynamic_shared_size_bytes = shared
-    pts, order = _morton_sorted(cupy, xyz)
-    start_pos = int(cupy.nonzero(order == start)[0][0].get())
-    del order
-    mind = cupy.empty(n, dtype=cupy.float32)
-    slots = cupy.zeros(2 * grid * (BATCHED_OFFERS + 1) * 8, dtype=cupy.uint64)
-    sel_key = cupy.zeros(m, dtype=cupy.uint64)
-    status = cupy.zeros(1, dtype=cupy.int32)
-    rounds = cupy.zeros(1, dtype=cupy.int32)
-    prof = cupy.zeros(8, dtype=cupy.int64)
-    kernel((grid,), (threads,),
-           (pts, mind, slots, sel_key, status, rounds, prof, np.int32(n), np.int32(m), np.int32(start_pos),
-            np.int32(leaf_size), np.int32(leaves_per_block), np.int64(int(timeout_s * 1e9))),
-           shared_mem=shared)
-    if int(status.get()[0]) != 0:
-        raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s")
-    indices, d2 = _indices_of_keys(cupy, sel_key, start)
-    return indices, d2, {"grid": grid, "threads": threads, "leaf_size": leaf_size, "rounds": int(rounds.get()[0]),
-                         "offers": BATCHED_OFFERS, "profile": dict(zip(
-                             ("cycles_update", "cycles_offer", "cycles_exchange", "cycles_certify", "leaf_sample_hits",
-                              "leaves_rekeyed", "live_candidates", "prefix_taken"), prof.get().tolist()))}
 
 
 def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, blocks_per_sm: int = 1,

@@ -92,6 +92,7 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
     resolved = resolve_backend(backend)
     if resolved == "cuda":
         from . import cuda as kfps  # noqa: PLC0415
+        from .batched import fps_batched  # noqa: PLC0415
 
         need = kfps.tree_memory_bytes(n, m) if meth == "tree" else 16 * n + 8 * m
         resolved = gpu_memory_fallback(what, need, backend)
@@ -100,7 +101,9 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
 
         try:
             pts_gpu = cupy.asarray(pts)
-            if meth == "tree":
+            if meth == "tree" and leaf_size is None:   # the same sequence, ~100 samples per exchange
+                indices, d2, _info = fps_batched(pts_gpu, m, start)
+            elif meth == "tree":
                 indices, d2, _info = kfps.fps_tree(pts_gpu, m, start, leaf_size=leaf_size)
             else:
                 idx, d2b = kfps.fps_block(pts_gpu[None], cupy.asarray([start], dtype=cupy.int32), m)

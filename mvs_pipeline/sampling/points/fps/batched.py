@@ -1,0 +1,103 @@
+"""CuPy launcher of `fps_batched_persistent` (cuda/sampling_fps.cu): exact FPS of one large cloud
+with many samples per grid-wide exchange. The GPU's default for exact FPS of one cloud.
+
+The tree kernel (cuda.py) pays one all-gather between the blocks per sample (~3 us on an H100,
+nearly all latency). Here every block offers its T farthest points and the largest distance it
+does not offer; on the offered points alone the next samples are certain while the farthest of
+them stays above every block's unoffered distance, so one exchange yields ~100 samples. The
+sequence is the tree kernel's (58-bit keys, ties to the lower original index), which is the
+Numba twins' and the plain reference's (cpu.py), with the same contract as `fps_tree`.
+Derivation and measurements: BENCHMARKS.md, "FPS: several exact samples per barrier".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mvs_pipeline.errors import MVSError
+from mvs_pipeline.gpu.loader import get_kernel, import_cupy
+
+from .cuda import _CU, _OPTIONS, TREE_MAX_POINTS, _check, _indices_of_keys, _max_blocks_per_sm, _morton_sorted
+
+# Compile-time shape (one precompiled variant, also listed as a ci-variant in the .cu):
+OFFERS = 4          # points each block offers per round (T); its candidate slots live in registers
+MAX_GRID = 132      # blocks at most (G x T candidates: 17 register slots a lane)
+MAX_LEAF = 256      # points per leaf at most (a warp keeps a leaf's keys in registers, 8 a lane)
+THREADS = 512
+OPTIONS = (*_OPTIONS, f"-DFPS_THREADS={THREADS}", f"-DFPS_BATCHED_OFFERS={OFFERS}",
+           f"-DFPS_BATCHED_MAX_GRID={MAX_GRID}", f"-DFPS_BATCHED_MAX_LEAF={MAX_LEAF}")
+# Leaf size: 128 unless a block's leaves would not fit its shared memory.
+DEFAULT_LEAF = 128
+SHARED_BUDGET = 160 * 1024
+PROFILE_FIELDS = ("cycles_update", "cycles_offer", "cycles_exchange", "cycles_certify", "leaf_sample_hits",
+                  "leaves_updated", "candidates_above_threshold", "taken_as_prefix")
+
+
+def shared_bytes(leaves_per_block: int) -> int:
+    """Dynamic shared memory: a 6-float box, a u64 key and a hit-list entry per leaf, and a
+    6-float box per group of 32 leaves."""
+    return leaves_per_block * 36 + -(-leaves_per_block // 32) * 24
+
+
+def choose_leaf_size(n: int, grid: int) -> int:
+    leaf = DEFAULT_LEAF
+    while leaf < MAX_LEAF and shared_bytes(-(-(-(-n // leaf)) // grid)) > SHARED_BUDGET:
+        leaf *= 2
+    return leaf
+
+
+def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, grid: int | None = None,
+                timeout_s: float = 10.0):
+    """Exact FPS of one cloud. xyz [N, 3] float32 CuPy -> (indices [M] int64, d2 at selection
+    [M] float32 (+inf for sample 0), info dict: grid, leaf_size, rounds, and block 0's cycles
+    per phase and counters under "profile")."""
+    cupy = import_cupy()
+    _check("xyz", xyz, cupy, np.float32, 2, 3)
+    n, m = int(xyz.shape[0]), int(num_samples)
+    if not 1 <= m <= n:
+        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
+    if not 0 <= start < n:
+        raise ValueError(f"start must be in [0, {n}), got {start}")
+    if n >= TREE_MAX_POINTS:
+        raise ValueError(f"fps_batched handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+    device = cupy.cuda.Device()
+    sms = int(device.attributes["MultiProcessorCount"])
+    grid = min(sms, MAX_GRID) if grid is None else int(grid)
+    if not 1 <= grid <= min(sms, MAX_GRID):
+        raise ValueError(f"fps_batched: grid must be in [1, {min(sms, MAX_GRID)}], got {grid}")
+    leaf = choose_leaf_size(n, grid) if leaf_size is None else int(leaf_size)
+    if not 1 <= leaf <= MAX_LEAF:
+        raise ValueError(f"fps_batched: leaf_size must be in [1, {MAX_LEAF}], got {leaf}")
+    leaves_per_block = -(-(-(-n // leaf)) // grid)
+    shared = shared_bytes(leaves_per_block)
+    kernel = get_kernel(_CU, "fps_batched_persistent", OPTIONS)
+    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
+    max_shared = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024))
+    if shared + static > max_shared:
+        raise MVSError(f"fps_batched: {leaves_per_block} leaves per block need {shared + static} B of shared "
+                       f"memory, more than the GPU's {max_shared}; use a larger leaf_size")
+    if shared + static > 48 * 1024:
+        kernel.max_dynamic_shared_size_bytes = shared
+    per_sm = _max_blocks_per_sm(cupy, kernel, THREADS, shared)
+    if per_sm is not None and per_sm < 1:
+        raise MVSError(f"fps_batched: a block of {THREADS} threads with {shared} B shared does not fit an SM")
+    pts, order = _morton_sorted(cupy, xyz)
+    start_pos = int(cupy.nonzero(order == start)[0][0].get())
+    del order
+    mind = cupy.empty(n, dtype=cupy.float32)
+    slots = cupy.zeros(2 * grid * (OFFERS + 1) * 8, dtype=cupy.uint64)
+    sel_key = cupy.zeros(m, dtype=cupy.uint64)
+    status = cupy.zeros(1, dtype=cupy.int32)
+    rounds = cupy.zeros(1, dtype=cupy.int32)
+    profile = cupy.zeros(len(PROFILE_FIELDS), dtype=cupy.int64)
+    kernel((grid,), (THREADS,),
+           (pts, mind, slots, sel_key, status, rounds, profile, np.int32(n), np.int32(m), np.int32(start_pos),
+            np.int32(leaf), np.int32(leaves_per_block), np.int64(int(timeout_s * 1e9))),
+           shared_mem=shared)
+    if int(status.get()[0]) != 0:
+        raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s; the {grid} "
+                           "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
+    indices, d2 = _indices_of_keys(cupy, sel_key, start)
+    return indices, d2, {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": leaves_per_block,
+                         "rounds": int(rounds.get()[0]), "offers": OFFERS,
+                         "profile": dict(zip(PROFILE_FIELDS, profile.get().tolist()))}
