@@ -33,6 +33,11 @@ PROFILE_FIELDS = ("cycles_update", "cycles_offer", "cycles_exchange", "cycles_ce
                   "leaves_updated", "candidates_above_threshold", "taken_as_prefix")
 
 
+def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
+    """The one (file, options) variant `mvs-pipeline build-kernels` precompiles."""
+    return [(_CU, OPTIONS)]
+
+
 def shared_bytes(leaves_per_block: int) -> int:
     """Dynamic shared memory: a 6-float box, a u64 key and a hit-list entry per leaf, and a
     6-float box per group of 32 leaves."""

@@ -134,11 +134,9 @@ PRECOMPILE_SM_COUNTS = (108, 84, 114, 132, 144, 148)
 
 
 def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
-    """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel, the
-    batched kernel and the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
-    from .batched import OPTIONS as batched_options  # noqa: PLC0415  (batched.py imports this module)
-
-    variants = {(_CU, _OPTIONS), (_CU, batched_options)}
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel and
+    the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
+    variants = {(_CU, _OPTIONS)}
     threads = default_tree_threads(1)
     for sms in PRECOMPILE_SM_COUNTS:
         for k in range(10, 27):
