@@ -396,4 +396,4 @@ def test_batched_leaf_size_keeps_shared_memory_in_budget():
     assert batched.choose_leaf_size(12_000_000, 132) == 128
     leaf = batched.choose_leaf_size(120_000_000, 132)
     assert leaf == 256
-    assert batched.shared_bytes(-(-(-(-120_000_000 // leaf)) // 132)) <= batched.SHARED_BUDGET
+    assert batched.shared_bytes(batched.leaves_per_block(120_000_000, leaf, 132)) <= batched.SHARED_BUDGET

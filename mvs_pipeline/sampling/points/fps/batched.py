@@ -38,15 +38,20 @@ def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
     return [(_CU, OPTIONS)]
 
 
-def shared_bytes(leaves_per_block: int) -> int:
+def shared_bytes(lpb: int) -> int:
     """Dynamic shared memory: a 6-float box, a u64 key and a hit-list entry per leaf, and a
     6-float box per group of 32 leaves."""
-    return leaves_per_block * 36 + -(-leaves_per_block // 32) * 24
+    return lpb * 36 + -(-lpb // 32) * 24
+
+
+def leaves_per_block(n: int, leaf: int, grid: int) -> int:
+    num_leaves = -(-n // leaf)
+    return -(-num_leaves // grid)
 
 
 def choose_leaf_size(n: int, grid: int) -> int:
     leaf = DEFAULT_LEAF
-    while leaf < MAX_LEAF and shared_bytes(-(-(-(-n // leaf)) // grid)) > SHARED_BUDGET:
+    while leaf < MAX_LEAF and shared_bytes(leaves_per_block(n, leaf, grid)) > SHARED_BUDGET:
         leaf *= 2
     return leaf
 
@@ -73,13 +78,13 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
     leaf = choose_leaf_size(n, grid) if leaf_size is None else int(leaf_size)
     if not 1 <= leaf <= MAX_LEAF:
         raise ValueError(f"fps_batched: leaf_size must be in [1, {MAX_LEAF}], got {leaf}")
-    leaves_per_block = -(-(-(-n // leaf)) // grid)
-    shared = shared_bytes(leaves_per_block)
+    lpb = leaves_per_block(n, leaf, grid)
+    shared = shared_bytes(lpb)
     kernel = get_kernel(_CU, "fps_batched_persistent", OPTIONS)
     static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
     max_shared = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024))
     if shared + static > max_shared:
-        raise MVSError(f"fps_batched: {leaves_per_block} leaves per block need {shared + static} B of shared "
+        raise MVSError(f"fps_batched: {lpb} leaves per block need {shared + static} B of shared "
                        f"memory, more than the GPU's {max_shared}; use a larger leaf_size")
     if shared + static > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = shared
@@ -97,12 +102,12 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
     profile = cupy.zeros(len(PROFILE_FIELDS), dtype=cupy.int64)
     kernel((grid,), (THREADS,),
            (pts, mind, slots, sel_key, status, rounds, profile, np.int32(n), np.int32(m), np.int32(start_pos),
-            np.int32(leaf), np.int32(leaves_per_block), np.int64(int(timeout_s * 1e9))),
+            np.int32(leaf), np.int32(lpb), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
     if int(status.get()[0]) != 0:
         raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s; the {grid} "
                            "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
-    return indices, d2, {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": leaves_per_block,
+    return indices, d2, {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": lpb,
                          "rounds": int(rounds.get()[0]), "offers": OFFERS,
                          "profile": dict(zip(PROFILE_FIELDS, profile.get().tolist()))}
