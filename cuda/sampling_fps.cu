@@ -229,6 +229,20 @@ __device__ __forceinline__ void fps_warp_argmax(unsigned long long& key, float& 
     key = best;
 }
 
+// Warp-wide max of the lanes' keys and the payload of the lane holding it: every lane gets both,
+// the payload -1 when every key is 0 (keys are unique when non-zero). The batched kernel's
+// "next best below the last pick" steps: each lane scans its share for its largest key below
+// the previous pick, then this combines the lanes.
+__device__ __forceinline__ unsigned long long fps_warp_max_with(unsigned long long key, int payload,
+                                                                int& best_payload)
+{
+    const unsigned long long best = fps_warp_max_u64(key);
+    const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && key == best);
+    const int v = __shfl_sync(FPS_FULL_MASK, payload, who ? __ffs(who) - 1 : 0);
+    best_payload = who ? v : -1;
+    return best;
+}
+
 __device__ __forceinline__ unsigned long long fps_warp_sum_u64(unsigned long long v)
 {
 #pragma unroll
@@ -462,7 +476,9 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
 // ---------------------------------------------------------------------------------------------
 // Batched exact FPS: many samples per grid-wide exchange (launcher: fps/batched.py; the study:
 // scripts/fps_batch_study.py; BENCHMARKS.md "FPS: several exact samples per barrier"). Built
-// when the launcher passes -DFPS_BATCHED_OFFERS=T.
+// when the launcher passes -DFPS_BATCHED_OFFERS=T; -DFPS_BATCHED_PROFILE=1 adds block 0's
+// per-phase cycle counts and counters (fps_batched(profile=True); off in the precompiled variant,
+// so the hot path carries no clock reads or global atomics of its own).
 // ci-variant: -DFPS_THREADS=512 -DFPS_BATCHED_OFFERS=4 -DFPS_BATCHED_MAX_GRID=132 -DFPS_BATCHED_MAX_LEAF=256
 //
 // Per round r (every block; leaf jl of block b is global leaf b + jl * G, so a block's points
@@ -483,6 +499,9 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
 // reading every block's round r + 1 entry, which each block publishes after reading round r.
 // ---------------------------------------------------------------------------------------------
 #ifdef FPS_BATCHED_OFFERS
+#ifndef FPS_BATCHED_PROFILE
+#define FPS_BATCHED_PROFILE 0
+#endif
 #ifndef FPS_BATCHED_MAX_GRID
 #define FPS_BATCHED_MAX_GRID 132
 #endif
@@ -504,8 +523,9 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
     unsigned long long* sel_key,         // [M] 58-bit key of sample k, written by block 0; [0] unused
     int* status,                         // [1] set to 1 when an exchange timed out
     int* rounds_out,                     // [1] rounds taken (block 0)
-    long long* prof,                     // [8] block 0's cycles in E, A, B+C, D; (leaf, sample) hits;
-                                         // leaves updated; candidates above the threshold; taken as a prefix (sums)
+    long long* prof,                     // [8] with FPS_BATCHED_PROFILE: block 0's cycles in E, A, B+C, D;
+                                         // (leaf, sample) hits; leaves updated; candidates above the
+                                         // threshold; taken as a prefix (sums). Untouched otherwise.
     const int n, const int m, const int start_pos, const int leaf_size, const int leaves_per_block,
     const long long timeout_ns)
 {
@@ -583,9 +603,14 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
     }
     __syncthreads();
 
-    const bool profile = blockIdx.x == 0 && threadIdx.x == 0;
+    const bool profile = FPS_BATCHED_PROFILE && blockIdx.x == 0 && threadIdx.x == 0;
+#if FPS_BATCHED_PROFILE
     long long cyc[4] = {0, 0, 0, 0};
     long long tprev = clock64();
+#define FPS_PHASE_END(i) if (profile) { const long long t = clock64(); cyc[i] += t - tprev; tprev = t; }
+#else
+#define FPS_PHASE_END(i)
+#endif
     for (int round = 0;; ++round) {
         // ---- E1: which of the block's leaves the accepted samples reach (the box within the
         // leaf's key, or the sample lying in it). A warp per group of 32 leaves, a lane per leaf:
@@ -642,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
 
         // ---- E2: a warp per reached leaf: every sample that reaches it, then the leaf's key ----
         const int num_hit = s_num_hit;
-        if (blockIdx.x == 0 && threadIdx.x == 0) prof[5] += num_hit;
+        if (profile) prof[5] += num_hit;
         for (int h = warp; h < num_hit; h += FPS_BW) {
             const int jl = hit_leaf[h];
             const long long j = blockIdx.x + (long long)jl * G;
@@ -660,7 +685,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                     hit = (pos >= begin && pos < end) || __float_as_uint(lb) < reach;
                 }
                 unsigned int pending = __ballot_sync(FPS_FULL_MASK, hit);
-                if (blockIdx.x == 0 && lane == 0 && pending) atomicAdd((unsigned long long*)&prof[4], (unsigned long long)__popc(pending));
+                if (FPS_BATCHED_PROFILE && blockIdx.x == 0 && lane == 0 && pending) atomicAdd((unsigned long long*)&prof[4], (unsigned long long)__popc(pending));
                 while (pending) {
                     const int src = __ffs(pending) - 1;
                     pending &= pending - 1u;
@@ -687,7 +712,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             if (lane == 0) leaf_key[jl] = best;
         }
         __syncthreads();
-        if (profile) { const long long t = clock64(); cyc[0] += t - tprev; tprev = t; }
+        FPS_PHASE_END(0)
         if (s_taken >= m || s_abort) break;
         if (threadIdx.x == 0) s_num_hit = 0;   // every thread has read it (the barrier above)
 
@@ -702,9 +727,8 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                     const unsigned long long k = leaf_key[jl];
                     if (k < below && k > mine) { mine = k; mine_jl = jl; }
                 }
-                const unsigned long long best = fps_warp_max_u64(mine);
-                const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && mine == best);
-                const int best_jl = who ? __shfl_sync(FPS_FULL_MASK, mine_jl, __ffs(who) - 1) : -1;
+                int best_jl;
+                const unsigned long long best = fps_warp_max_with(mine, mine_jl, best_jl);
                 if (lane == 0) { s_wtop_key[warp * FPS_OFFER_ROWS + t] = best; s_wtop_idx[warp * FPS_OFFER_ROWS + t] = best_jl; }
                 below = best;
             }
@@ -719,9 +743,8 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                     const unsigned long long k = s_wtop_key[e];
                     if (k < below && k > mine) { mine = k; mine_jl = s_wtop_idx[e]; }
                 }
-                const unsigned long long best = fps_warp_max_u64(mine);
-                const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && mine == best);
-                const int best_jl = who ? __shfl_sync(FPS_FULL_MASK, mine_jl, __ffs(who) - 1) : -1;
+                int best_jl;
+                const unsigned long long best = fps_warp_max_with(mine, mine_jl, best_jl);
                 if (lane == 0) s_top_leaf[t] = best_jl;
                 below = best;
             }
@@ -747,24 +770,22 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             unsigned long long below = ~0ull;
             for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
                 unsigned long long mine = 0ull;
-                int mine_u = 0;
+                int mine_pos = -1;
 #pragma unroll
                 for (int u = 0; u < FPS_BATCHED_LEAF_PER_LANE; ++u)
-                    if (pk[u] < below && pk[u] > mine) { mine = pk[u]; mine_u = u; }
-                const unsigned long long best = fps_warp_max_u64(mine);
-                const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && mine == best);
-                const int src = __ffs(who) - 1;
-                const int best_u = who ? __shfl_sync(FPS_FULL_MASK, mine_u, src) : 0;
+                    if (pk[u] < below && pk[u] > mine) { mine = pk[u]; mine_pos = (int)(begin + lane + 32 * u); }
+                int best_pos;
+                const unsigned long long best = fps_warp_max_with(mine, mine_pos, best_pos);
                 if (lane == 0) {
                     s_wtop_key[warp * FPS_OFFER_ROWS + t] = best;
-                    s_wtop_idx[warp * FPS_OFFER_ROWS + t] = who ? (int)(begin + src + 32 * best_u) : -1;
+                    s_wtop_idx[warp * FPS_OFFER_ROWS + t] = best_pos;
                 }
                 below = best;
             }
         }
         __syncthreads();
 
-        if (profile) { const long long t = clock64(); cyc[1] += t - tprev; tprev = t; }
+        FPS_PHASE_END(1)
         // ---- B: warp 0 picks the block's T + 1 farthest of those and publishes them. Tags start
         // at 1: the slots start zeroed, and tag 0 would accept them unwritten. ----
         const unsigned long long tag = (unsigned long long)(unsigned int)(round + 1) << 32;
@@ -780,9 +801,8 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                     const unsigned long long k = s_wtop_key[e];
                     if (k < below && k > mine) { mine = k; mine_pos = s_wtop_idx[e]; }
                 }
-                const unsigned long long best = fps_warp_max_u64(mine);
-                const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && mine == best);
-                const int best_pos = who ? __shfl_sync(FPS_FULL_MASK, mine_pos, __ffs(who) - 1) : -1;
+                int best_pos;
+                const unsigned long long best = fps_warp_max_with(mine, mine_pos, best_pos);
                 if (lane == t) { my_key = best; my_pos = best_pos; }
                 below = best;
             }
@@ -827,7 +847,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             }
         }
         __syncthreads();
-        if (profile) { const long long t = clock64(); cyc[2] += t - tprev; tprev = t; }
+        FPS_PHASE_END(2)
         if (s_abort) break;
 
         // ---- D0: the candidates above the threshold, compacted (any order: the decisions go by
@@ -948,9 +968,13 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             if (lane == 0) { s_num_acc = accepted; s_taken = taken; s_num_live = 0; s_prefix = 1 << 30; }
         }
         __syncthreads();
-        if (profile) { const long long t = clock64(); cyc[3] += t - tprev; tprev = t; rounds_out[0] = round + 1; }
+        FPS_PHASE_END(3)
+        if (blockIdx.x == 0 && threadIdx.x == 0) rounds_out[0] = round + 1;
     }
+#if FPS_BATCHED_PROFILE
     if (profile)
         for (int i = 0; i < 4; ++i) prof[i] = cyc[i];
+#endif
+#undef FPS_PHASE_END
 }
 #endif

@@ -378,6 +378,25 @@ def test_gpu_batched_kernel_on_few_blocks(cupy, grid):
 
 
 @pytest.mark.gpu
+def test_gpu_batched_kernel_profile_variant_same_sequence(cupy):
+    """The profiling build (block 0's counters) returns the plain build's sequence, and its
+    counters add up: samples taken as a prefix are some of the M - 1, every phase took time."""
+    from mvs_pipeline.sampling.points.fps.batched import fps_batched
+
+    xyz = cupy.asarray(random_cloud(20000, 9))
+    idx, _d2, info = fps_batched(xyz, 2000, 0)
+    pidx, _pd2, pinfo = fps_batched(xyz, 2000, 0, profile=True)
+    assert "profile" not in info
+    np.testing.assert_array_equal(pidx.get(), idx.get())
+    prof = pinfo["profile"]
+    assert 0 < prof["taken_as_prefix"] <= 1999
+    assert prof["candidates_above_threshold"] >= prof["taken_as_prefix"]
+    assert prof["leaves_updated"] > 0
+    assert min(prof[k] for k in ("cycles_update", "cycles_offer", "cycles_exchange", "cycles_certify")) > 0
+    assert pinfo["rounds"] == info["rounds"]
+
+
+@pytest.mark.gpu
 def test_gpu_batched_kernel_all_points_duplicates_and_tiny(cupy):
     from mvs_pipeline.sampling.points.fps.batched import fps_batched
 

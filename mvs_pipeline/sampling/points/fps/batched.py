@@ -17,7 +17,16 @@ import numpy as np
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy
 
-from .cuda import _CU, _OPTIONS, TREE_MAX_POINTS, _check, _indices_of_keys, _max_blocks_per_sm, _morton_sorted
+from .cuda import (
+    _CU,
+    _OPTIONS,
+    _indices_of_keys,
+    _max_blocks_per_sm,
+    _morton_sorted,
+    check_one_cloud,
+    opt_in_shared,
+    static_shared_bytes,
+)
 
 # Compile-time shape (one precompiled variant, also listed as a ci-variant in the .cu):
 OFFERS = 4          # points each block offers per round (T); its candidate slots live in registers
@@ -57,19 +66,13 @@ def choose_leaf_size(n: int, grid: int) -> int:
 
 
 def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, grid: int | None = None,
-                timeout_s: float = 10.0):
+                timeout_s: float = 10.0, profile: bool = False):
     """Exact FPS of one cloud. xyz [N, 3] float32 CuPy -> (indices [M] int64, d2 at selection
-    [M] float32 (+inf for sample 0), info dict: grid, leaf_size, rounds, and block 0's cycles
-    per phase and counters under "profile")."""
+    [M] float32 (+inf for sample 0), info dict: grid, leaf_size, rounds; with `profile`, block 0's
+    cycles per phase and counters under "profile", from a variant built with them (NVRTC at its
+    first use: it is not precompiled))."""
     cupy = import_cupy()
-    _check("xyz", xyz, cupy, np.float32, 2, 3)
-    n, m = int(xyz.shape[0]), int(num_samples)
-    if not 1 <= m <= n:
-        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
-    if not 0 <= start < n:
-        raise ValueError(f"start must be in [0, {n}), got {start}")
-    if n >= TREE_MAX_POINTS:
-        raise ValueError(f"fps_batched handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+    n, m = check_one_cloud(cupy, xyz, num_samples, start, "fps_batched")
     device = cupy.cuda.Device()
     sms = int(device.attributes["MultiProcessorCount"])
     grid = min(sms, MAX_GRID) if grid is None else int(grid)
@@ -80,14 +83,13 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
         raise ValueError(f"fps_batched: leaf_size must be in [1, {MAX_LEAF}], got {leaf}")
     lpb = leaves_per_block(n, leaf, grid)
     shared = shared_bytes(lpb)
-    kernel = get_kernel(_CU, "fps_batched_persistent", OPTIONS)
-    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
+    kernel = get_kernel(_CU, "fps_batched_persistent", (*OPTIONS, "-DFPS_BATCHED_PROFILE=1") if profile else OPTIONS)
+    static = static_shared_bytes(kernel)
     max_shared = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024))
     if shared + static > max_shared:
         raise MVSError(f"fps_batched: {lpb} leaves per block need {shared + static} B of shared "
                        f"memory, more than the GPU's {max_shared}; use a larger leaf_size")
-    if shared + static > 48 * 1024:
-        kernel.max_dynamic_shared_size_bytes = shared
+    opt_in_shared(kernel, shared)
     per_sm = _max_blocks_per_sm(cupy, kernel, THREADS, shared)
     if per_sm is not None and per_sm < 1:
         raise MVSError(f"fps_batched: a block of {THREADS} threads with {shared} B shared does not fit an SM")
@@ -99,15 +101,17 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
     sel_key = cupy.zeros(m, dtype=cupy.uint64)
     status = cupy.zeros(1, dtype=cupy.int32)
     rounds = cupy.zeros(1, dtype=cupy.int32)
-    profile = cupy.zeros(len(PROFILE_FIELDS), dtype=cupy.int64)
+    counters = cupy.zeros(len(PROFILE_FIELDS), dtype=cupy.int64)
     kernel((grid,), (THREADS,),
-           (pts, mind, slots, sel_key, status, rounds, profile, np.int32(n), np.int32(m), np.int32(start_pos),
+           (pts, mind, slots, sel_key, status, rounds, counters, np.int32(n), np.int32(m), np.int32(start_pos),
             np.int32(leaf), np.int32(lpb), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
     if int(status.get()[0]) != 0:
         raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s; the {grid} "
                            "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
-    return indices, d2, {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": lpb,
-                         "rounds": int(rounds.get()[0]), "offers": OFFERS,
-                         "profile": dict(zip(PROFILE_FIELDS, profile.get().tolist()))}
+    info = {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": lpb,
+            "rounds": int(rounds.get()[0]), "offers": OFFERS}
+    if profile:
+        info["profile"] = dict(zip(PROFILE_FIELDS, counters.get().tolist()))
+    return indices, d2, info

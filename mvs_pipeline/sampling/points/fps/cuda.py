@@ -62,6 +62,33 @@ def _check(name: str, arr, cupy, dtype, ndim: int, last: int | None = None) -> N
         raise ValueError(f"{name}: lives on device {arr.device.id}, current device is {cupy.cuda.Device().id}")
 
 
+def check_one_cloud(cupy, xyz, num_samples: int, start: int, who: str) -> tuple[int, int]:
+    """The checks of fps_tree and fps_batched: xyz [N, 3] float32 on the current device,
+    1 <= num_samples <= N, 0 <= start < N, N < 2^27 (the keys' index bits) -> (N, M)."""
+    _check("xyz", xyz, cupy, np.float32, 2, 3)
+    n, m = int(xyz.shape[0]), int(num_samples)
+    if not 1 <= m <= n:
+        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
+    if not 0 <= start < n:
+        raise ValueError(f"start must be in [0, {n}), got {start}")
+    if n >= TREE_MAX_POINTS:
+        raise ValueError(f"{who} handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+    return n, m
+
+
+def static_shared_bytes(kernel) -> int:
+    return int(getattr(kernel, "shared_size_bytes", 0) or 0)
+
+
+def opt_in_shared(kernel, shared: int) -> None:
+    """Let `kernel` take `shared` B of dynamic shared memory (the caller checked the device's
+    limit). Dynamic plus static above 48 KiB needs an opt-in per kernel: at 45.6 M points the tree
+    needed 48,600 B dynamic, under 48 KiB alone but not with the kernel's static arrays, and no
+    block fitted (H200, bench_sampling --sizes 50M)."""
+    if shared + static_shared_bytes(kernel) > 48 * 1024:
+        kernel.max_dynamic_shared_size_bytes = shared
+
+
 def fps_block(xyz, start, num_samples: int):
     """One block per cloud. xyz [B, N, 3] float32, start [B] int32
     -> (indices [B, M] int32, d2 at selection [B, M] float32, +inf for sample 0)."""
@@ -189,14 +216,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
     `grid`: blocks of the launch (default: blocks_per_sm on every SM); fewer blocks hold more
     leaves each and wait on fewer others at each sample's all-gather."""
     cupy = import_cupy()
-    _check("xyz", xyz, cupy, np.float32, 2, 3)
-    n, m = int(xyz.shape[0]), int(num_samples)
-    if not 1 <= m <= n:
-        raise ValueError(f"num_samples must be in [1, {n}], got {m}")
-    if not 0 <= start < n:
-        raise ValueError(f"start must be in [0, {n}), got {start}")
-    if n >= TREE_MAX_POINTS:
-        raise ValueError(f"fps_tree handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+    n, m = check_one_cloud(cupy, xyz, num_samples, start, "fps_tree")
     if int(blocks_per_sm) < 1:
         raise ValueError(f"blocks_per_sm must be >= 1, got {blocks_per_sm}")
     threads = default_tree_threads(blocks_per_sm) if threads is None else int(threads)
@@ -221,12 +241,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
         raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block ({shared} B of shared "
                          f"memory, the device has {max_shared} B); use a larger leaf_size")
     kernel = get_kernel(_CU, "fps_tree_persistent", options)
-    # Dynamic plus static shared memory above 48 KiB needs an opt-in per kernel: at 45.6 M points
-    # the tree needed 48,600 B dynamic, under 48 KiB alone but not with the kernel's static
-    # arrays, and no block fitted (H200, bench_sampling --sizes 50M).
-    static = int(getattr(kernel, "shared_size_bytes", 0) or 0)
-    if shared + static > 48 * 1024:
-        kernel.max_dynamic_shared_size_bytes = shared
+    opt_in_shared(kernel, shared)
     per_sm = _max_blocks_per_sm(cupy, kernel, threads, shared)
     if per_sm is not None and per_sm < blocks_per_sm:
         raise MVSError(f"fps_tree: {blocks_per_sm} blocks per SM requested but only {per_sm} fit "
