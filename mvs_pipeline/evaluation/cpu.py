@@ -28,7 +28,7 @@ import numpy as np
 from .sphere_grid import ANGLE_SLACK, SphereGrids
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _scan_range(starts, base, n_az, row, j0, j1):
     """Point index range [lo, hi) of cells (row, j0..j1), 0 <= j0 <= j1 < n_az."""
     c0 = base + row * n_az + j0
@@ -36,20 +36,20 @@ def _scan_range(starts, base, n_az, row, j0, j1):
     return starts[c0], starts[c1 + 1]
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _f(x):
     """x rounded to float32 (held in a float64): one float32 operation when x is the float64 result
     of +, -, *, / or sqrt on float32 values (53 >= 2 * 24 + 2 bits, so no double rounding)."""
     return np.float64(np.float32(x))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _sum3(a0, a1, a2):
     """Eigen's float32 3-term sum (redux unrolled in halves): a0 + (a1 + a2)."""
     return _f(a0 + _f(a1 + a2))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _test_range(pts, lo, hi, x0, x1, x2, b2, best, front):
     # the official ClassifyPoint in float32, operation for operation: d = S / |S|, t = d.X,
     # |X - t d|^2 <= b^2; distances float32 too (a beam tie then falls the way it falls there)
@@ -184,7 +184,7 @@ CODE_BITS = 5  # codes 0 .. 2 (T+1) - 1: up to 15 tolerances
 RADIX_BITS = 11
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _cell(x, inv, shift):
     """voxels.cell_coords of one float32 coordinate: float32 product, then float32 sum (no FMA:
     Numba contracts nothing without fastmath), then floor."""

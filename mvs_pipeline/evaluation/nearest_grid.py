@@ -110,7 +110,7 @@ def _bucket(pts, rows, xs, n_rows):
     return out_pts, out_x, row_start
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _d2(spts, j, qx, qy, qz):
     """cKDTree's squared distance: float64 differences, ((dx^2 + dy^2) + dz^2)."""
     dx = np.float64(spts[j, 0]) - qx
@@ -120,7 +120,7 @@ def _d2(spts, j, qx, qy, qz):
     return d2 + dz * dz
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2, bp):
     """Scan row points [a, b) with x cell in [x0, x1] outward from the query's x; stop a side once
     dx^2 > min(best, cap2): a float64 d2 is never below its rounded dx^2 (rounding is monotone),
@@ -156,14 +156,14 @@ def _walk_row(spts, sx, a, b, x0, x1, qx, qy, qz, best, cap2, bp):
     return best
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _gap(u, c):
     """Distance in cells from coordinate u (in cells) to cell c's slab [c, c + 1], less the margin."""
     g = max(c - u, u - (c + 1))
     return max(0.0, g - CERTIFY_MARGIN)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _scan_rows(spts, sx, rs, p0, r0, nx, ny, nz, h, ux, uy, uz, k, qx, qy, qz, best, cap2, bp):
     """Rows within k cells of the query's (nearest first, those farther than the current radius
     skipped), each walked over x cells within k of the query's; returns the new best."""
@@ -209,7 +209,7 @@ def _nearest(queries, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h,
                                ub2, out, n_levels, lim, bp, have_prev)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _query(queries, i, lvl_pts, lvl_x, lvl_rows, lvl_off, lvl_row_off, lo, lvl_h, lvl_dims, ub2, out, n_levels,
            lim, bp, have_prev):
     """One query of _nearest; returns whether bp holds a point for the next query's start."""

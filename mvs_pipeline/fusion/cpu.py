@@ -29,12 +29,12 @@ from numba import njit, prange
 # the contract both backends share, re-exported for the callers that use it with the twin
 from .layout import BLOCKED, CAM_STRIDE, CLAIMED, MAX_NEIGHBORS, camera_block, free_space_limit, triangulation_limit  # noqa: F401
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _depth_valid(d):
     return d > 0.0 and d < 3.0e38  # rejects 0, negatives, NaN and +inf
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _unit_normal(normal_pool, slot, p):
     nx = np.float64(normal_pool[slot, p, 0])
     ny = np.float64(normal_pool[slot, p, 1])
@@ -46,14 +46,14 @@ def _unit_normal(normal_pool, slot, p):
     return True, nx * inv, ny * inv, nz * inv
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _apply34(m, off, a, b, c):
     return (m[off + 0] * a + m[off + 1] * b + m[off + 2] * c + m[off + 3],
             m[off + 4] * a + m[off + 5] * b + m[off + 6] * c + m[off + 7],
             m[off + 8] * a + m[off + 9] * b + m[off + 10] * c + m[off + 11])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _apply33(m, off, a, b, c):
     return (m[off + 0] * a + m[off + 1] * b + m[off + 2] * c,
             m[off + 3] * a + m[off + 4] * b + m[off + 5] * c,
