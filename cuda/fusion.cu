@@ -17,7 +17,8 @@
 // Blocked buffers (uint8 per pixel): bit 0 = consumed or masked (never read as a candidate nor
 // as support), bit 1 = claimed during the current launch. Threads only read bit 0 and only set
 // bit 1 in neighbour buffers, so every interleaving gives the same bytes; the launcher folds
-// bit 1 into bit 0 after the launch (fusion_commit_claims).
+// bit 1 into bit 0 after the launch (fusion_commit_claims). With consume = 0 (fusion.consume_pixels
+// false) nothing is marked: every view emits a point from each of its consistent pixels.
 
 #ifndef FUSION_MAX_NEIGHBORS
 #define FUSION_MAX_NEIGHBORS 32
@@ -100,6 +101,7 @@ extern "C" __global__ void fusion_fuse_reference(
     const float free_space_margin, // relative: X lies in front of neighbour k's surface when z_k(X) < (1 - margin) * depth_k
     const int max_free_space_violations,  // neighbours X may lie in front of (free-space violations); more drops it
     const float max_cos_triangulation,    // cos(min triangulation angle): some agreeing ray must be at least that far from the reference ray
+    const int consume,             // 1: the point uses up p and its agreeing neighbour pixels; 0: marks nothing
     float* __restrict__ out_xyz,              // [H * W, 3] world
     float* __restrict__ out_normal,           // [H * W, 3] world, unit
     unsigned char* __restrict__ out_color,    // [H * W, 3]
@@ -232,6 +234,7 @@ extern "C" __global__ void fusion_fuse_reference(
     out_color[3 * p + 2] = (unsigned char)cb;
     out_support[p] = (unsigned char)n;
     out_vis[p] = vis;
+    if (!consume) return;
     ref_blocked[p] |= 1;  // only this thread reads this byte during the launch
     for (int k = 0; k < num_nb; ++k) {
         if (vis & (1u << k)) {

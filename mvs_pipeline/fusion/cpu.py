@@ -17,7 +17,8 @@ for every reference pixel p that is not blocked (bit 0) and has a valid depth an
     sky, agrees in every view without parallax). Otherwise, with >= min_consistent agreeing neighbours the point is emitted: mean or median of the
     observations (positions, world normals renormalised, colours rounded), support = 1 + agreeing,
     vis bit k set per agreeing neighbour; p gets bit 0, every agreeing q gets bit 1 (claimed).
-After the call `commit_claims` turns bit 1 into bit 0 in each neighbour's buffer. No decision
+After the call `commit_claims` turns bit 1 into bit 0 in each neighbour's buffer. With consume
+False nothing is marked (every view emits a point from each of its consistent pixels). No decision
 reads a bit written during the same call, so the result does not depend on thread timing.
 """
 
@@ -105,7 +106,7 @@ class SlabPool:
 @njit(parallel=True, nogil=True, cache=True)
 def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, blocked_pool, cams,
                max_reproj_error, max_depth_diff, min_cos_normal, min_consistent, free_space_margin,
-               max_free_space_violations, max_cos_triangulation, median,
+               max_free_space_violations, max_cos_triangulation, median, consume,
                out_xyz, out_normal, out_color, out_support, out_vis):
     width = sizes[ref_slot, 0]
     height = sizes[ref_slot, 1]
@@ -225,6 +226,8 @@ def _fuse_rows(ref_slot, nb_slots, sizes, depth_pool, normal_pool, color_pool, b
                     out_color[p, c] = np.uint8((2 * total + n) // (2 * n))
             out_support[p] = n
             out_vis[p] = vis
+            if not consume:
+                continue
             blocked_pool[ref_slot, p] |= BLOCKED
             for k in range(num_nb):
                 if vis & (1 << k):
@@ -236,13 +239,13 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
                max_depth_diff: float, max_normal_angle: float, min_consistent: int,
                median: bool, free_space_margin: float = 0.05,
                max_free_space_violations: int | None = None,
-               min_triangulation_angle: float = 0.0) -> dict[str, np.ndarray]:
+               min_triangulation_angle: float = 0.0, consume: bool = True) -> dict[str, np.ndarray]:
     """Fuse the view in `ref_slot` against the views in `nb_slots` (marks updated in the pool).
 
     cams: [1 + len(nb_slots), CAM_STRIDE] float64 (row 0 = reference). Returns per reference
     pixel: xyz [H*W, 3] float64, normal [H*W, 3] float64, color [H*W, 3] uint8, support [H*W]
     uint8 (0 = no point) and vis [H*W] uint32 (bit k = neighbour k agreed).
-    max_free_space_violations None = no free-space check.
+    max_free_space_violations None = no free-space check. consume False: no pixel is marked used.
     """
     if len(nb_slots) > MAX_NEIGHBORS:
         raise ValueError(f"nb_slots: {len(nb_slots)} views, at most {MAX_NEIGHBORS} are supported")
@@ -259,9 +262,10 @@ def fuse_slots(pool: SlabPool, ref_slot: int, nb_slots: list[int], cams: np.ndar
                pool.blocked, cams, float(max_reproj_error), float(max_depth_diff),
                float(np.cos(np.radians(max_normal_angle))), int(min_consistent), float(free_space_margin),
                free_space_limit(max_free_space_violations), triangulation_limit(min_triangulation_angle),
-               bool(median), out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
-    for s in nb_slots:
-        commit_claims(pool.blocked_view(s))
+               bool(median), bool(consume), out["xyz"], out["normal"], out["color"], out["support"], out["vis"])
+    if consume:
+        for s in nb_slots:
+            commit_claims(pool.blocked_view(s))
     return out
 
 

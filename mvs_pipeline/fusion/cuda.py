@@ -48,7 +48,7 @@ def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, m
                         max_depth_diff: float, max_normal_angle: float, min_consistent: int,
                         median: bool, free_space_margin: float = 0.05,
                         max_free_space_violations: int | None = None, min_triangulation_angle: float = 0.0,
-                        out: dict | None = None) -> dict:
+                        consume: bool = True, out: dict | None = None) -> dict:
     """GPU version of `cpu.fuse_reference` (same arguments; arrays are cupy arrays).
 
     ref / neighbors: dicts of cupy arrays: depth [H, W] float32, normal [H, W, 3] float32,
@@ -89,10 +89,11 @@ def fuse_reference_cuda(ref: dict, neighbors: list[dict], cams: np.ndarray, *, m
         np.int32(num_nb), np.float32(max_reproj_error), np.float32(max_depth_diff),
         np.float32(np.cos(np.radians(max_normal_angle))), np.int32(min_consistent),
         np.float32(free_space_margin), np.int32(free_space_limit(max_free_space_violations)),
-        np.float32(triangulation_limit(min_triangulation_angle)),
+        np.float32(triangulation_limit(min_triangulation_angle)), np.int32(bool(consume)),
         out["xyz"], out["normal"], out["color"], out["support"], out["vis"]))
-    for nb in neighbors:
-        commit_claims_cuda(nb["blocked"])
+    if consume:
+        for nb in neighbors:
+            commit_claims_cuda(nb["blocked"])
     return out
 
 

@@ -92,6 +92,14 @@ class FusionConfig:
         "with halo_radius: also ignore pixels from which the region without depth is reached in a straight "
         "line without crossing an image edge this strong (the carried depth where roof and sky have one "
         "colour; largest RGB channel, 3x3 Sobel / 8; 0 = colour test only)", "grey levels per px", (0.0, 255.0)))
+    # true, measured (BENCHMARKS.md, session 17, H100, quality suite): false gave the 800x600 courtyards
+    # F1 0.877 -> 0.893 at 2 cm and 0.68 -> 0.735 at 1 cm (denser sampling of grazing ground), the
+    # 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the points: too many for the default at
+    # 40 x 3200x2130 (65 M points already), where sampling and evaluation scale with them.
+    consume_pixels: bool = field(default=True, metadata=meta(
+        "a pixel that joined a fused point is used up, so no later view emits that surface again (COLMAP, "
+        "ACMM); false = every view emits a point from each of its consistent pixels: a denser cloud of ~3x "
+        "the points"))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

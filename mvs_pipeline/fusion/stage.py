@@ -14,7 +14,9 @@ min_triangulation_angle or more (far points without parallax, such as the sky at
 the depth range, agree in every view). Otherwise, with at least min_consistent agreeing neighbours, p emits a
 point: the mean (or median) of its own and the agreeing observations (positions, world normals
 renormalised, image colours), with support = 1 + agreeing views. p and every agreeing q are then
-consumed, so later reference views do not emit the same surface again.
+consumed, so later reference views do not emit the same surface again (unless consume_pixels is
+false: then nothing is consumed, and every view emits a point from each of its consistent pixels,
+a denser cloud of ~3x the points).
 
 Determinism: within a reference view no decision reads a mark written in that view (claims go
 to a separate bit that is folded in after the view, see cpu.py), so the points do not
@@ -182,7 +184,7 @@ def _thresholds(cfg: FusionConfig) -> dict:
             "max_normal_angle": cfg.max_normal_angle, "min_consistent": cfg.min_consistent,
             "median": cfg.aggregate == "median", "free_space_margin": cfg.free_space_margin,
             "max_free_space_violations": cfg.max_free_space_violations,
-            "min_triangulation_angle": cfg.min_triangulation_angle}
+            "min_triangulation_angle": cfg.min_triangulation_angle, "consume": cfg.consume_pixels}
 
 
 def _available_host_memory() -> int:

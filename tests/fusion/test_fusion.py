@@ -61,6 +61,33 @@ def test_identical_views_fuse_every_pixel_exactly_once(tmp_path):
     assert (chunks[0].vis == 0b11).all() and (chunks[0].support == 3).all()
 
 
+def test_without_consumption_every_view_emits_its_consistent_pixels(tmp_path):
+    """consume_pixels false: views 1 and 2 emit their own points too, each the same mean of the
+    three identical views, so the cloud is the consuming one three times over."""
+    scene, sel, _ = make_scene(tmp_path, identical_poses(3), W, H)
+    once = fuse(scene, sel, tmp_path)
+    every = fuse(scene, sel, tmp_path, consume_pixels=False)
+    assert [len(c.pixel) for c in every] == [W * H] * 3
+    for chunk in every:
+        np.testing.assert_array_equal(chunk.pixel, np.arange(W * H))
+        assert (chunk.support == 3).all() and (chunk.vis == 0b11).all()
+        np.testing.assert_array_equal(chunk.xyz, once[0].xyz)
+
+
+def test_without_consumption_overlapping_views_add_their_own_samples(tmp_path):
+    """On an arc of views, the consuming fusion leaves the later views only the few pixels view 0
+    did not claim (2582, 9, 2 points here); without consumption views 1 and 2 emit as many as view
+    0 (2582, 2600, 2582), and the first view's points are the same either way, all on the plane."""
+    scene, sel, _ = make_scene(tmp_path, arc_poses(3), W, H)
+    once = fuse(scene, sel, tmp_path)
+    every = fuse(scene, sel, tmp_path, consume_pixels=False)
+    assert len(once[1].pixel) + len(once[2].pixel) < 0.01 * W * H
+    assert min(len(c.pixel) for c in every) > 0.8 * W * H
+    np.testing.assert_array_equal(every[0].pixel, once[0].pixel)
+    np.testing.assert_array_equal(every[0].xyz, once[0].xyz)
+    assert np.abs(concat(every, "xyz")[:, 2]).max() < 1e-5
+
+
 def test_mean_and_median_of_colours(tmp_path):
     colors = [(10, 20, 30), (20, 40, 60), (200, 250, 90)]
     scene, sel, _ = make_scene(tmp_path, identical_poses(3), W, H, colors=colors)

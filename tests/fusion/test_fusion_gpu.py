@@ -94,6 +94,33 @@ def test_kernel_matches_cpu_twin(cupy, median, seed, free_space):
         assert agree > 0.995, (k, agree)
 
 
+def test_kernel_without_consumption_marks_nothing(cupy):
+    """consume=False changes only the marks: within one launch no decision reads a mark, so the
+    points equal the consuming launch's, on both backends, and no blocked buffer changes."""
+    from mvs_pipeline.fusion.cuda import fuse_reference_cuda
+
+    cp = cupy
+    views, cams = random_views(3)
+    gpu_a, gpu_b = ([to_gpu(cp, view) for view in views] for _ in range(2))
+    cpu_b = [{k: v.copy() for k, v in view.items()} for view in views]
+    marking = {k: v.get() for k, v in fuse_reference_cuda(gpu_a[0], gpu_a[1:], cams, median=False,
+                                                             **THRESHOLDS).items()}
+    plain = {k: v.get() for k, v in fuse_reference_cuda(gpu_b[0], gpu_b[1:], cams, median=False, consume=False,
+                                                           **THRESHOLDS).items()}
+    twin = fuse_reference(cpu_b[0], cpu_b[1:], cams, median=False, consume=False, **THRESHOLDS)
+    assert (plain["support"] > 0).sum() > 0.3 * plain["support"].size
+    emitted = plain["support"] > 0
+    for key in ("support", "vis"):
+        np.testing.assert_array_equal(plain[key], marking[key])
+    for key in ("xyz", "color"):   # unwritten where no point is emitted
+        np.testing.assert_array_equal(plain[key][emitted], marking[key][emitted])
+    assert (plain["support"] == twin["support"]).mean() > 0.995
+    for k, view in enumerate(views):
+        np.testing.assert_array_equal(gpu_b[k]["blocked"].get(), view["blocked"])
+        np.testing.assert_array_equal(cpu_b[k]["blocked"], view["blocked"])
+    assert (gpu_a[0]["blocked"].get() != views[0]["blocked"]).sum() > 0.3 * plain["support"].size
+
+
 def test_commit_claims_kernel(cupy):
     from mvs_pipeline.fusion.cuda import commit_claims_cuda
 
@@ -132,8 +159,8 @@ def _points_by_key(chunks):
     return np.concatenate(keys), np.concatenate(xyz), np.concatenate(vis)
 
 
-@pytest.mark.parametrize("aggregate", ["mean", "median"])
-def test_stage_gpu_and_cpu_give_the_same_point_set(tmp_path, aggregate):
+@pytest.mark.parametrize("aggregate,consume", [("mean", True), ("median", True), ("mean", False)])
+def test_stage_gpu_and_cpu_give_the_same_point_set(tmp_path, aggregate, consume):
     w, h = 120, 90
     scene, sel, truth = make_scene(tmp_path, arc_poses(6, arc_deg=40), w, h)
     rng = np.random.default_rng(5)
@@ -142,7 +169,7 @@ def test_stage_gpu_and_cpu_give_the_same_point_set(tmp_path, aggregate):
         noisy = rng.random(d.shape) < 0.1
         d[noisy] *= rng.uniform(0.5, 2.0, noisy.sum())
         write_colmap_array(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
-    cfg = FusionConfig(aggregate=aggregate)
+    cfg = FusionConfig(aggregate=aggregate, consume_pixels=consume)
     gpu_stats, cpu_stats = {}, {}
     gpu = list(fuse_chunks(cfg, scene, sel, tmp_path / "stereo", "cuda", progress=False, stats=gpu_stats))
     cpu = list(fuse_chunks(cfg, scene, sel, tmp_path / "stereo", "cpu", progress=False, stats=cpu_stats))
