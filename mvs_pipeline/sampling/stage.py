@@ -238,6 +238,14 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
     return {k: p for k, p in paths.items() if p.exists()}  # no ortho.png without colours
 
 
+def stage_backend(requested: str, resolved: str) -> str:
+    """The backend the stage runs with: `auto` stays `auto` where it resolved to CUDA, so that a
+    cloud too big for the GPU falls back to the CPU with a warning (as `auto` promises) instead of
+    failing, as it did for 250 M points at 40 x 3200x2130 with fusion.consume_pixels false."""
+    return "auto" if requested == "auto" and resolved == "cuda" else resolved
+
+
 def run(ctx) -> None:
     """The pipeline's `sampling` stage: `ctx` is pipeline.RunContext."""
-    sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite, backend=ctx.backend)
+    sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite,
+                       backend=stage_backend(ctx.cfg.backend, ctx.backend))

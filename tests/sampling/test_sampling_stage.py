@@ -333,3 +333,23 @@ def test_stage_reports_step_timings(fused, tmp_path):
         assert 0 <= timings[f"{step}_seconds"] < 60, step
     assert timings["input_points"] == 4000 and 0 < timings["pooled_points"] < 4000
     assert timings["written_points"] == timings["pooled_points"]
+
+
+@pytest.mark.parametrize("requested,resolved,expected", [
+    ("auto", "cuda", "auto"),   # may still fall back to the CPU when the cloud does not fit the GPU
+    ("auto", "cpu", "cpu"),
+    ("cuda", "cuda", "cuda"),   # an explicit GPU request fails with a clear error instead
+    ("cpu", "cpu", "cpu"),
+])
+def test_pipeline_run_keeps_auto_for_the_memory_fallback(requested, resolved, expected):
+    assert sampling.stage_backend(requested, resolved) == expected
+
+
+def test_memory_fallback_message_names_the_headroom(monkeypatch, caplog):
+    from mvs_pipeline.sampling.points import validate
+
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: 10 * 2**30)
+    with caplog.at_level(logging.WARNING):
+        assert validate.gpu_memory_fallback("sampling x.ply", int(9.5 * 2**30), "auto") == "cpu"
+    assert "needs about 9.50 GiB of GPU memory, more than 90 % of the 10.00 GiB free" in caplog.text
+    assert validate.gpu_memory_fallback("sampling x.ply", 8 * 2**30, "auto") == "cuda"

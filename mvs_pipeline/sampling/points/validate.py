@@ -100,7 +100,8 @@ def gpu_memory_fallback(what: str, need_bytes: int, requested: str) -> str:
     free = gpu_free_bytes()
     if fits_on_gpu(need_bytes, free):
         return "cuda"
-    msg = f"{what} needs about {need_bytes / 2**30:.2f} GiB of GPU memory, {free / 2**30:.2f} GiB is free"
+    msg = (f"{what} needs about {need_bytes / 2**30:.2f} GiB of GPU memory, more than 90 % of the "
+           f"{free / 2**30:.2f} GiB free")
     if requested == "cuda":
         from mvs_pipeline.errors import BackendUnavailable  # noqa: PLC0415
 
