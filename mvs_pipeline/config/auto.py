@@ -12,7 +12,9 @@ The rules (the why is in each params.py):
 - depth.coarsest_max_size: 120 px for images up to 640 px (4 scales at 640 px, 3 at 320 px), else
   1000 (as before);
 - fusion.min_consistent: 1 per 4 other views seeing a region (median track length - 1, at most
-  num_neighbors), at least 1.
+  num_neighbors), at least 1;
+- fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
+  all, else true.
 """
 
 from __future__ import annotations
@@ -21,19 +23,19 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..depth.params import auto_coarsest_max_size
-from ..fusion.params import auto_min_consistent
+from ..fusion.params import auto_consume_pixels, auto_min_consistent
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
 from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
-AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent")
+AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent", "fusion.consume_pixels")
 
 
 @dataclass(frozen=True)
 class AutoValue:
     key: str  # dotted, as in the YAML
-    value: int
+    value: int | bool
     reason: str
 
 
@@ -42,6 +44,17 @@ def long_side(cfg: PipelineConfig, scene: Scene) -> int:
     already within max_image_size; an input workspace (`info`) is capped here the same way."""
     side = max(max(v.width, v.height) for v in scene.views)
     return min(side, cfg.max_image_size) if cfg.max_image_size is not None else side
+
+
+def total_pixels(cfg: PipelineConfig, scene: Scene) -> int:
+    """Image pixels in all, as the depth stage will see them (capped by max_image_size as long_side)."""
+    total = 0
+    for v in scene.views:
+        scale = 1.0
+        if cfg.max_image_size is not None and max(v.width, v.height) > cfg.max_image_size:
+            scale = cfg.max_image_size / max(v.width, v.height)
+        total += round(v.width * scale) * round(v.height * scale)
+    return total
 
 
 def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
@@ -66,6 +79,10 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_min_consistent(scene.views_per_observation(), most_sources)
         fusion = dataclasses.replace(fusion, min_consistent=value)
         resolved.append(AutoValue("fusion.min_consistent", value, reason))
+    if fusion.consume_pixels == "auto":
+        value, reason = auto_consume_pixels(total_pixels(cfg, scene))
+        fusion = dataclasses.replace(fusion, consume_pixels=value)
+        resolved.append(AutoValue("fusion.consume_pixels", value, reason))
     return dataclasses.replace(cfg, views=views, depth=depth, fusion=fusion), resolved
 
 

@@ -30,6 +30,22 @@ def auto_min_consistent(views_per_point: float, num_neighbors: int) -> tuple[int
                f"1 agreeing view per {VIEWS_PER_AGREEMENT} others that could agree, at least 1")
 
 
+# `consume_pixels: auto` keeps every view's consistent pixels up to this many image pixels in all
+# (views x width x height): ~28 M points at the courtyards' 0.84 points per pixel, ~8 GiB of GPU memory
+# in the sampling stage (300 B a point). Above it the consuming fusion bounds the cloud: 40 x 3200x2130
+# (273 Mpx) gave 250 M points without it, more than an 80 GiB GPU's sampling stage takes.
+AUTO_KEEP_PIXELS_MAX = 32_000_000
+
+
+def auto_consume_pixels(total_pixels: int) -> tuple[bool, str]:
+    """`fusion.consume_pixels: auto`: (value, reason) from the scene's image pixels in all."""
+    mpx, limit = f"{total_pixels / 1e6:.3g}", f"{AUTO_KEEP_PIXELS_MAX / 1e6:g}"
+    if total_pixels <= AUTO_KEEP_PIXELS_MAX:
+        return False, (f"{mpx} Mpx of images in all, at most {limit}: every view keeps its consistent pixels "
+                       f"(a denser cloud, ~3x the points)")
+    return True, f"{mpx} Mpx of images in all, above {limit}: a pixel that joined a point is used up"
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     # Rules in stage.py and cpu.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
@@ -92,14 +108,14 @@ class FusionConfig:
         "with halo_radius: also ignore pixels from which the region without depth is reached in a straight "
         "line without crossing an image edge this strong (the carried depth where roof and sky have one "
         "colour; largest RGB channel, 3x3 Sobel / 8; 0 = colour test only)", "grey levels per px", (0.0, 255.0)))
-    # true, measured (BENCHMARKS.md, session 17, H100, quality suite): false gave the 800x600 courtyards
+    # auto, measured (BENCHMARKS.md, session 17, H100, quality suite): false gave the 800x600 courtyards
     # F1 0.877 -> 0.893 at 2 cm and 0.68 -> 0.735 at 1 cm (denser sampling of grazing ground), the
-    # 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the points: too many for the default at
-    # 40 x 3200x2130 (65 M points already), where sampling and evaluation scale with them.
-    consume_pixels: bool = field(default=True, metadata=meta(
+    # 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the points; at 40 x 3200x2130 it gave 250 M
+    # points, so auto keeps the pixels of small and medium scenes only (AUTO_KEEP_PIXELS_MAX).
+    consume_pixels: bool | Literal["auto"] = field(default="auto", metadata=meta(
         "a pixel that joined a fused point is used up, so no later view emits that surface again (COLMAP, "
         "ACMM); false = every view emits a point from each of its consistent pixels: a denser cloud of ~3x "
-        "the points"))
+        "the points; auto = false up to 32 Mpx of images in all, else true"))
     aggregate: Literal["mean", "median"] = field(default="mean", metadata=meta(
         "how a point's position, normal and colour combine its observations"))
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(

@@ -63,7 +63,7 @@ from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, find_inputs, load_view
-from .params import FusionConfig, auto_min_consistent
+from .params import FusionConfig, auto_consume_pixels, auto_min_consistent
 
 log = logging.getLogger(__name__)
 
@@ -354,12 +354,15 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
 
 
 def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) -> FusionConfig:
-    """cfg with `min_consistent: auto` resolved (params.auto_min_consistent), for callers that did not
-    resolve the config (the pipeline does, in config/auto.py, from the same numbers)."""
-    if cfg.min_consistent != "auto":
-        return cfg
-    most = max((len(n) for n in selection.neighbors), default=0)
-    return dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
+    """cfg with `min_consistent` and `consume_pixels: auto` resolved (params.auto_*), for callers that
+    did not resolve the config (the pipeline does, in config/auto.py, from the same numbers)."""
+    if cfg.min_consistent == "auto":
+        most = max((len(n) for n in selection.neighbors), default=0)
+        cfg = dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
+    if cfg.consume_pixels == "auto":
+        total = sum(v.width * v.height for v in scene.views)
+        cfg = dataclasses.replace(cfg, consume_pixels=auto_consume_pixels(total)[0])
+    return cfg
 
 
 def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,

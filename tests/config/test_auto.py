@@ -14,7 +14,7 @@ from mvs_pipeline.config.loader import dump_config, load_config
 from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size
 from mvs_pipeline.depth.passes import num_scales
 from mvs_pipeline.errors import ConfigError
-from mvs_pipeline.fusion.params import FusionConfig, auto_min_consistent
+from mvs_pipeline.fusion.params import FusionConfig, auto_consume_pixels, auto_min_consistent
 from mvs_pipeline.fusion.stage import resolve_config as resolve_fusion_config
 from mvs_pipeline.scene.scene import Scene
 from mvs_pipeline.scene.workspace import read_scene
@@ -49,9 +49,9 @@ ALL_AUTO = ["fusion.min_consistent=auto"]
 
 def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
-    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size"]
+    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.consume_pixels"]
     assert cfg.fusion.min_consistent == 1
-    assert unresolved_keys(load_config(None, ALL_AUTO))[-1] == "fusion.min_consistent"
+    assert "fusion.min_consistent" in unresolved_keys(load_config(None, ALL_AUTO))
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
                                                         "expected int | 'auto'"),
                            ("depth.coarsest_max_size=16", "'depth.coarsest_max_size' = 16 is out of range "
@@ -90,6 +90,16 @@ def test_min_consistent_one_per_four_views_that_could_agree(views_per_point, nei
     assert auto_min_consistent(views_per_point, neighbours)[0] == value
 
 
+@pytest.mark.parametrize("views, width, height, consume", [
+    (10, 320, 240, False), (20, 800, 600, False), (40, 800, 600, False),   # 0.8, 9.6, 19.2 Mpx
+    (20, 1600, 1000, False), (21, 1600, 1000, True),                       # 32.0 and 33.6 Mpx
+    (49, 1600, 1200, True), (40, 3200, 2130, True)])                       # DTU, ETH3D size
+def test_consume_pixels_kept_up_to_32_mpx(views, width, height, consume):
+    value, reason = auto_consume_pixels(views * width * height)
+    assert value is consume
+    assert f"{views * width * height / 1e6:.3g} Mpx of images in all" in reason
+
+
 def test_views_per_observation_counts_each_observation():
     # tracks of 2, 2 and 9 views: 13 observations, 9 of them of the 9-view point -> median 9
     # (the median over points would be 2)
@@ -101,8 +111,10 @@ def test_views_per_observation_counts_each_observation():
 def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 120, 1)
+    assert cfg.fusion.consume_pixels is False   # 10 x 320x240: 0.8 Mpx
     assert num_scales(cfg.depth, 320) == 3
-    assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent"]
+    assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent",
+                                         "fusion.consume_pixels"]
     assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[2].reason
     assert unresolved_keys(cfg) == []
     # the same neighbours as the former default 10, and as the views stage resolving `auto` itself
@@ -110,6 +122,7 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert sel.neighbors == select_views(object10, ViewsConfig(num_neighbors=10)).neighbors
     assert sel.neighbors == select_views(object10, ViewsConfig()).neighbors
     assert resolve_fusion_config(FusionConfig(min_consistent="auto"), object10, sel).min_consistent == 1
+    assert resolve_fusion_config(FusionConfig(), object10, sel).consume_pixels is False
 
 
 def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
@@ -121,13 +134,18 @@ def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
     sel = select_views(ring50, ViewsConfig())
     assert max(len(n) for n in sel.neighbors) == 10
     assert resolve_fusion_config(FusionConfig(min_consistent="auto"), ring50, sel).min_consistent == 2
-    # max_image_size is applied before the size rule: 600 px images are small
-    assert resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0].depth.coarsest_max_size == 120
+    assert cfg.fusion.consume_pixels is True   # 50 x 3200x2130: 341 Mpx
+    assert resolve_fusion_config(FusionConfig(), ring50, sel).consume_pixels is True
+    # max_image_size is applied before the size rules: 600 px images are small (50 x 600x399: 12 Mpx)
+    small = resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0]
+    assert small.depth.coarsest_max_size == 120 and small.fusion.consume_pixels is False
 
 
 def test_explicit_values_are_kept_and_not_reported(ring50):
-    cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6"]), ring50)
+    cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false"]),
+                                 ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
+    assert cfg.fusion.consume_pixels is False   # pinned, though auto would say true here
     assert resolved == []
 
 
@@ -138,6 +156,7 @@ def test_resolved_yaml_explains_and_pins_the_values(object10, tmp_path):
     assert lines[0] == f"# auto: views.num_neighbors = 9 ({resolved[0].reason})"
     assert f"  coarsest_max_size: 120  # auto: {resolved[1].reason}" in lines
     assert f"  min_consistent: 1  # auto: {resolved[2].reason}" in lines
+    assert f"  consume_pixels: false  # auto: {resolved[3].reason}" in lines
     path = tmp_path / "config.resolved.yaml"
     path.write_text(text)
     assert load_config(path) == cfg  # the file reruns the same values without `auto`

@@ -206,7 +206,8 @@ def test_stage_gpu_identical_views_fuse_every_pixel_once(tmp_path):
     poses = [look_at((0.0, 0.0, 3.0), (0.0, 0.0, 0.0), up=(0.0, -1.0, 0.0))] * 3
     scene, sel, _ = make_scene(tmp_path, poses, 64, 48, colors=[(10, 20, 30), (20, 40, 60), (200, 250, 90)])
     # constant images: no texture check (the default's 1 grey level would block every pixel)
-    chunks = list(fuse_chunks(FusionConfig(min_texture=0.0), scene, sel, tmp_path / "stereo", "cuda", progress=False))
+    chunks = list(fuse_chunks(FusionConfig(min_texture=0.0, consume_pixels=True), scene, sel, tmp_path / "stereo",
+                              "cuda", progress=False))
     assert [len(c.pixel) for c in chunks] == [64 * 48, 0, 0]
     assert (chunks[0].color == [77, 103, 60]).all() and (chunks[0].support == 3).all()
     assert np.abs(chunks[0].xyz[:, 2]).max() < 1e-5
