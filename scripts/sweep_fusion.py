@@ -29,13 +29,16 @@ from bench_quality import SUITES, synthetic_scene  # noqa: E402
 # config's defaults does not change what a row means. Each setting lists only what differs from
 # BASELINE; {} is the baseline itself.
 BASELINE = {"max_reproj_error": 2.0, "max_depth_diff": 0.01, "max_normal_angle": 10.0, "min_consistent": 2,
-            "max_free_space_violations": None, "min_triangulation_angle": 0.0, "min_texture": 0.0}
+            "max_free_space_violations": None, "min_triangulation_angle": 0.0, "min_texture": 0.0,
+            "consume_pixels": True}
 # The defaults session 6 chose (setting 19), the base of the texture rows (session 7).
 SESSION6 = {"min_consistent": 1, "max_normal_angle": 30.0, "max_free_space_violations": 1}
 # The defaults since session 13 (setting 28), the base of the speckle rows (session 14).
 SESSION13 = {**SESSION6, "min_texture": 1.0}
 # The defaults since session 14 (setting 40), the base of the halo rows.
 SESSION14 = {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.1}
+# The defaults since session 17 on scenes up to 32 Mpx (setting 45): every view keeps its pixels.
+SESSION17 = {**SESSION14, "halo_radius": 8, "consume_pixels": False}
 SETTINGS = [
     {},
     {"max_normal_angle": 5.0}, {"max_normal_angle": 20.0}, {"max_normal_angle": 30.0}, {"max_normal_angle": 45.0},
@@ -61,6 +64,9 @@ SETTINGS = [
     {**SESSION13, "min_segment": 1e-4, "segment_depth_step": 0.1},   # 40, 41
     {**SESSION13, "min_segment": 3e-5, "segment_depth_step": 0.1},
     *({**SESSION14, "halo_radius": r} for r in (4, 8, 16)),   # 42..44: the halo (session 14)
+    SESSION17,   # 45..50: the thresholds again on the denser cloud (session 17)
+    {**SESSION17, "max_depth_diff": 0.005}, {**SESSION17, "max_reproj_error": 1.0}, {**SESSION17, "min_consistent": 2},
+    {**SESSION17, "max_normal_angle": 20.0}, {**SESSION17, "max_free_space_violations": 0},
 ]
 # Scoring only the fused cloud: no depth-map metrics, no report, no sampling.
 EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.report=false",
@@ -68,6 +74,8 @@ EVAL_ONLY_FUSED = ["--set", "evaluate.depth_metrics=false", "--set", "evaluate.r
 
 
 def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     return "null" if v is None else f"{v:g}"
 
 
