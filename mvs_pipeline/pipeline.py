@@ -66,7 +66,7 @@ class RunContext:
             return
         self.cfg, self.auto = resolve_auto(self.cfg, self.require_scene())
         for a in self.auto:
-            log.info("auto: %s = %s (%s)", a.key, a.value, a.reason)
+            log.info("auto: %s = %s (%s)", a.key, a.shown, a.reason)
 
     def require_client(self):
         """The Dask client of `--cluster`, once its start (begun with the run) has finished; the

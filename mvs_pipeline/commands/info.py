@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"views:    {scene.num_views}\npoints:   {len(scene.points_in_world)} "
           f"(mean track length {scene.track_lengths.mean():.2f})")
     for a in resolved:
-        print(f"auto:     {a.key} = {a.value} ({a.reason})")
+        print(f"auto:     {a.key} = {a.shown} ({a.reason})")
     print()
     counts = Counter(scene.track_view_idx.tolist())
     rows = []

@@ -20,6 +20,7 @@ The rules (the why is in each params.py):
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 
 from ..depth.params import auto_coarsest_max_size
@@ -37,6 +38,11 @@ class AutoValue:
     key: str  # dotted, as in the YAML
     value: int | bool
     reason: str
+
+    @property
+    def shown(self) -> str:
+        """The value as the YAML and run.json spell it (false, not False)."""
+        return json.dumps(self.value)
 
 
 def long_side(cfg: PipelineConfig, scene: Scene) -> int:
@@ -109,5 +115,5 @@ def annotate_yaml(text: str, resolved: list[AutoValue]) -> str:
             if dotted in notes:
                 line += f"  # auto: {notes[dotted].reason}"
         lines.append(line)
-    head = [f"# auto: {a.key} = {a.value} ({a.reason})" for a in resolved]
+    head = [f"# auto: {a.key} = {a.shown} ({a.reason})" for a in resolved]
     return "\n".join(head + lines) + "\n"

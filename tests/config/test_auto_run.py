@@ -31,7 +31,8 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     assert yaml.safe_load(text) == record["config"]
     assert f"  coarsest_max_size: 120  # auto: {record['auto']['depth.coarsest_max_size']['reason']}" in text
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
-    assert logged == [f"auto: {k} = {v['value']} ({v['reason']})" for k, v in record["auto"].items()]
+    assert logged == [f"auto: {k} = {json.dumps(v['value'])} ({v['reason']})" for k, v in record["auto"].items()]
+    assert "auto: fusion.consume_pixels = false (" in logged[-1]
     views_record = json.loads((out / "fingerprints" / "views.json").read_text())
     assert views_record["chain"]["views"]["views.num_neighbors"] == 4
     _, sections = collect_run(out, with_figures=False)  # the report's Settings list them too
@@ -64,4 +65,4 @@ def test_info_shows_what_run_would_resolve(tmp_path, capsys):
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("auto:")]
     # info resolves the default config: fusion.min_consistent is 1 there, not auto
     assert [ln.split("(")[0].split(None, 1)[1].strip() for ln in lines] == [
-        f"{k} = {v}" for k, v in EXPECTED.items() if k != "fusion.min_consistent"]
+        f"{k} = {json.dumps(v)}" for k, v in EXPECTED.items() if k != "fusion.min_consistent"]
