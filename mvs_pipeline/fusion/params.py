@@ -41,9 +41,9 @@ def auto_consume_pixels(total_pixels: int) -> tuple[bool, str]:
     """`fusion.consume_pixels: auto`: (value, reason) from the scene's image pixels in all."""
     mpx, limit = f"{total_pixels / 1e6:.3g}", f"{AUTO_KEEP_PIXELS_MAX / 1e6:g}"
     if total_pixels <= AUTO_KEEP_PIXELS_MAX:
-        return False, (f"{mpx} Mpx of images in all, at most {limit}: every view keeps its consistent pixels "
+        return False, (f"{mpx} Mpx of images in all, at most {limit} Mpx: every view keeps its consistent pixels "
                        f"(a denser cloud, ~3x the points)")
-    return True, f"{mpx} Mpx of images in all, above {limit}: a pixel that joined a point is used up"
+    return True, f"{mpx} Mpx of images in all, above {limit} Mpx: a pixel that joined a point is used up"
 
 
 @dataclass(frozen=True)
