@@ -21,6 +21,7 @@ from .config.loader import config_to_dict, dump_config
 from .config.schema import PipelineConfig
 from .errors import MVSError
 from .gpu.backend import resolve_backend
+from .gpu.memory_errors import first_line, is_gpu_out_of_memory
 from .io.atomic import atomic_write_text, remove_leftovers
 from .io.disk import is_disk_error
 from .output_space import check_output_writable, check_stage_space, write_error
@@ -253,6 +254,19 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
         if not is_disk_error(exc):
             raise
         raise write_error(exc, _kept(ctx.out_dir, done, stages[len(done)])) from exc
+    except Exception as exc:  # a stage's GPU allocation failed: one line, not CuPy's traceback
+        if not is_gpu_out_of_memory(exc):
+            raise
+        stage = stages[len(done)]
+        raise MVSError(f"stage {stage}: the GPU ran out of memory ({first_line(exc)}); rerun with --set "
+                       f"backend=cpu (slower) or a smaller max_image_size"
+                       f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
+                       f"{_kept(ctx.out_dir, done, stage)}") from exc
+
+
+def _fewer_points_hint(ctx: RunContext) -> str:
+    """For the stages after depth: the denser fusion's 3x points are the first thing to give up."""
+    return ", or fusion.consume_pixels=true (1/3 of the points)" if ctx.cfg.fusion.consume_pixels is False else ""
 
 
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:

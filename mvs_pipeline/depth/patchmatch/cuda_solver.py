@@ -11,6 +11,7 @@ import time
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import import_cupy
+from mvs_pipeline.gpu.memory_errors import is_gpu_out_of_memory
 
 from . import cuda as kpm
 from .detail_restore import restore_details
@@ -18,14 +19,6 @@ from .layout import propagate_pass, refine_pass
 from .packing import pack_params
 from .params import PatchMatchParams
 from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
-
-
-def _is_oom(cp, exc: BaseException) -> bool:
-    if isinstance(exc, cp.cuda.memory.OutOfMemoryError):
-        return True
-    if isinstance(exc, cp.cuda.runtime.CUDARuntimeError):
-        return "memory" in str(exc).lower()
-    return False
 
 
 def resolve_timings(timings: dict) -> None:
@@ -128,7 +121,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
                 resolve_timings(timings)
         return result
     except Exception as exc:
-        if _is_oom(cp, exc):
+        if is_gpu_out_of_memory(exc):
             raise MVSError(f"{problem.name}: GPU out of memory for PatchMatch at {W}x{H} with {S} sources "
                            f"({exc}); lower max_image_size (or views.num_neighbors)") from exc
         raise
