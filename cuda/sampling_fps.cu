@@ -511,6 +511,32 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
 #define FPS_MAX_CANDIDATES (FPS_BATCHED_MAX_GRID * FPS_BATCHED_OFFERS)
 #define FPS_CAND_PER_LANE ((FPS_MAX_CANDIDATES + 31) / 32)
 #define FPS_ENTRY_WORDS 8
+static_assert(FPS_OFFER_ROWS <= 32, "row t of a warp-wide top list lives in lane t");
+
+// Warp-wide: the FPS_OFFER_ROWS largest keys among the shared entries (keys[e], idx[e]), e < count,
+// in decreasing order. Row t's key is returned in lane t and its idx put in lane t's `row_idx`
+// (0ull / -1 past the non-zero keys and in lanes >= FPS_OFFER_ROWS). Keys are unique when
+// non-zero, so "largest below the last pick" walks them without repeats. Used by warp 0 over
+// the warps' rows (A1) and over the leaves' rows (B).
+__device__ __forceinline__ unsigned long long fps_warp_top_rows(const unsigned long long* keys, const int* idx,
+                                                                const int count, const int lane, int& row_idx)
+{
+    unsigned long long below = ~0ull, row_key = 0ull;
+    row_idx = -1;
+    for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
+        unsigned long long mine = 0ull;
+        int mine_idx = -1;
+        for (int e = lane; e < count; e += 32) {
+            const unsigned long long k = keys[e];
+            if (k < below && k > mine) { mine = k; mine_idx = idx[e]; }
+        }
+        int best_idx;
+        const unsigned long long best = fps_warp_max_with(mine, mine_idx, best_idx);
+        if (lane == t) { row_key = best; row_idx = best_idx; }
+        below = best;
+    }
+    return row_key;
+}
 #ifndef FPS_BATCHED_MAX_LEAF
 #define FPS_BATCHED_MAX_LEAF 256
 #endif
@@ -735,19 +761,9 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
         }
         __syncthreads();
         if (warp == 0) {
-            unsigned long long below = ~0ull;
-            for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
-                unsigned long long mine = 0ull;
-                int mine_jl = -1;
-                for (int e = lane; e < FPS_BW * FPS_OFFER_ROWS; e += 32) {
-                    const unsigned long long k = s_wtop_key[e];
-                    if (k < below && k > mine) { mine = k; mine_jl = s_wtop_idx[e]; }
-                }
-                int best_jl;
-                const unsigned long long best = fps_warp_max_with(mine, mine_jl, best_jl);
-                if (lane == 0) s_top_leaf[t] = best_jl;
-                below = best;
-            }
+            int top_jl;
+            fps_warp_top_rows(s_wtop_key, s_wtop_idx, FPS_BW * FPS_OFFER_ROWS, lane, top_jl);
+            if (lane < FPS_OFFER_ROWS) s_top_leaf[lane] = top_jl;
         }
         __syncthreads();
 
@@ -792,20 +808,9 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
         const unsigned long long key_tag = (unsigned long long)((round + 1) & 63) << 58;
         unsigned long long* buffer = slots + (size_t)(round & 1) * G * FPS_OFFER_ROWS * FPS_ENTRY_WORDS;
         if (warp == 0) {
-            unsigned long long below = ~0ull, my_key = 0ull;
-            int my_pos = -1;
-            for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
-                unsigned long long mine = 0ull;
-                int mine_pos = -1;
-                for (int e = lane; e < FPS_OFFER_ROWS * FPS_OFFER_ROWS; e += 32) {
-                    const unsigned long long k = s_wtop_key[e];
-                    if (k < below && k > mine) { mine = k; mine_pos = s_wtop_idx[e]; }
-                }
-                int best_pos;
-                const unsigned long long best = fps_warp_max_with(mine, mine_pos, best_pos);
-                if (lane == t) { my_key = best; my_pos = best_pos; }
-                below = best;
-            }
+            int my_pos;
+            const unsigned long long my_key =
+                fps_warp_top_rows(s_wtop_key, s_wtop_idx, FPS_OFFER_ROWS * FPS_OFFER_ROWS, lane, my_pos);
             if (lane < FPS_OFFER_ROWS) {
                 float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (my_pos >= 0) q = pts[my_pos];

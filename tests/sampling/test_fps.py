@@ -416,3 +416,20 @@ def test_batched_leaf_size_keeps_shared_memory_in_budget():
     leaf = batched.choose_leaf_size(120_000_000, 132)
     assert leaf == 256
     assert batched.shared_bytes(batched.leaves_per_block(120_000_000, leaf, 132)) <= batched.SHARED_BUDGET
+
+
+def test_persistent_kernel_status_word_raises_naming_kernel_and_step():
+    """A non-zero status word from fps_tree / fps_batched (a barrier or exchange waited past its
+    timeout) becomes one RuntimeError naming the kernel, the step and the grid; zero passes."""
+    from mvs_pipeline.sampling.points.fps.cuda import raise_if_timed_out
+
+    class Status:  # what the kernels leave: a one-element device array, read back with .get()
+        def __init__(self, value):
+            self.value = value
+
+        def get(self):
+            return np.array([self.value], np.int32)
+
+    raise_if_timed_out(Status(0), "fps_tree_persistent", "a grid barrier", 5.0, 132)
+    with pytest.raises(RuntimeError, match=r"fps_batched_persistent: an exchange timed out after 5.0 s; the 66 blocks"):
+        raise_if_timed_out(Status(1), "fps_batched_persistent", "an exchange", 5.0, 66)

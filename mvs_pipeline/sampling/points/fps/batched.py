@@ -25,6 +25,7 @@ from .cuda import (
     _morton_sorted,
     check_one_cloud,
     opt_in_shared,
+    raise_if_timed_out,
     static_shared_bytes,
 )
 
@@ -106,9 +107,7 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
            (pts, mind, slots, sel_key, status, rounds, counters, np.int32(n), np.int32(m), np.int32(start_pos),
             np.int32(leaf), np.int32(lpb), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
-    if int(status.get()[0]) != 0:
-        raise RuntimeError(f"fps_batched_persistent: an exchange timed out after {timeout_s} s; the {grid} "
-                           "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
+    raise_if_timed_out(status, "fps_batched_persistent", "an exchange", timeout_s, grid)
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
     info = {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": lpb,
             "rounds": int(rounds.get()[0]), "offers": OFFERS}

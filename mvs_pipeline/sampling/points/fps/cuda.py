@@ -89,6 +89,14 @@ def opt_in_shared(kernel, shared: int) -> None:
         kernel.max_dynamic_shared_size_bytes = shared
 
 
+def raise_if_timed_out(status, kernel_name: str, what: str, timeout_s: float, grid: int) -> None:
+    """The persistent kernels' status word: non-zero when `what` (a barrier or exchange) waited past
+    timeout_s, which means the grid's blocks were not all resident at once."""
+    if int(status.get()[0]) != 0:
+        raise RuntimeError(f"{kernel_name}: {what} timed out after {timeout_s} s; the {grid} "
+                           "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
+
+
 def fps_block(xyz, start, num_samples: int):
     """One block per cloud. xyz [B, N, 3] float32, start [B] int32
     -> (indices [B, M] int32, d2 at selection [B, M] float32, +inf for sample 0)."""
@@ -260,9 +268,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
             np.float32(start_xyz[0]), np.float32(start_xyz[1]), np.float32(start_xyz[2]), np.int32(leaf),
             np.int32(leaves_per_block), np.int32(num_poll_warps), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
-    if int(status.get()[0]) != 0:
-        raise RuntimeError(f"fps_tree_persistent: a grid barrier timed out after {timeout_s} s; the {grid} "
-                           "blocks were not all resident (another kernel running on the GPU, or MPS limits?)")
+    raise_if_timed_out(status, "fps_tree_persistent", "a grid barrier", timeout_s, grid)
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
     updated_leaves = int(leaf_updates.sum().get())
     info = {"grid": grid, "threads": threads, "leaf_size": leaf, "leaves_per_block": leaves_per_block,
