@@ -21,5 +21,9 @@ def is_gpu_out_of_memory(exc: BaseException) -> bool:
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    """The error's first line, at most `limit` characters, without a closing full stop: callers quote
+    it in parentheses inside their own sentence (CuPy's "...limit set to: 2,000,000 bytes)." read
+    "...bytes).);" there)."""
+    text = str(exc).strip().splitlines()[0].rstrip(". ") if str(exc).strip() else ""
+    text = text or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -26,6 +26,10 @@ def test_cupy_memory_errors_are_recognised_and_others_are_not():
     assert not is_gpu_out_of_memory(MemoryError("host memory"))   # the host's: not ours to rename
     assert not is_gpu_out_of_memory(cupy_like("OutOfMemoryError", "torch.cuda")("x"))
     assert first_line(OutOfMemoryError("a\nb")) == "a" and len(first_line(ValueError("x" * 500))) == 160
+    # CuPy's pool message (as seen on the H100) ends in ")."; the caller's parentheses follow
+    cupy_text = "Out of memory allocating 921,600 bytes (allocated so far: 1,843,200 bytes, limit set to: 2,000,000 bytes)."
+    assert first_line(OutOfMemoryError(cupy_text)) == cupy_text[:-1]
+    assert first_line(ValueError("...")) == "ValueError"
 
 
 def test_out_of_memory_in_a_stage_is_one_line(tmp_path, capsys, monkeypatch):

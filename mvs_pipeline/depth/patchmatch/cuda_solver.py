@@ -11,7 +11,7 @@ import time
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import import_cupy
-from mvs_pipeline.gpu.memory_errors import is_gpu_out_of_memory
+from mvs_pipeline.gpu.memory_errors import first_line, is_gpu_out_of_memory
 
 from . import cuda as kpm
 from .detail_restore import restore_details
@@ -123,7 +123,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
     except Exception as exc:
         if is_gpu_out_of_memory(exc):
             raise MVSError(f"{problem.name}: GPU out of memory for PatchMatch at {W}x{H} with {S} sources "
-                           f"({exc}); lower max_image_size (or views.num_neighbors)") from exc
+                           f"({first_line(exc)}); lower max_image_size (or views.num_neighbors)") from exc
         raise
     finally:
         if dev is not None:
