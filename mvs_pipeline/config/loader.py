@@ -42,6 +42,18 @@ def resolve_config_path(name_or_path: str | Path, relative_to: Path | None = Non
     raise ConfigError(f"config '{text}' not found (a YAML file, or a preset: {presets})")
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (1-based line and column) and what, without the quoted
+    source lines and caret it prints beneath (errors are one line, the CLI's rule)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if problem:
+        context = getattr(exc, "context", None)
+        what = f"{context}: {problem}" if context else problem
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
+    return " ".join(str(exc).split())
+
+
 def _read_yaml_with_extends(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict[str, str]]:
     """Return (merged mapping, origin of every dotted leaf key) for `path` and its `extends`."""
     if path in chain:
@@ -49,7 +61,7 @@ def _read_yaml_with_extends(path: Path, chain: tuple[Path, ...] = ()) -> tuple[d
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from exc
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc})") from exc
     if not isinstance(data, dict):
@@ -92,7 +104,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML ({exc})") from exc
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({yaml_problem(exc)})") from exc
     return key.split("."), value
 
 

@@ -94,6 +94,26 @@ def test_override_errors_name_the_override():
         load_config(None, ["views.num_neighbors"])
 
 
+def test_invalid_yaml_is_one_line_naming_file_line_and_column(tmp_path):
+    """PyYAML prints the offending source line and a caret beneath its message; the error stays one
+    line (the CLI prints errors as one line) and keeps where and what."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("patchmatch:\n  iterations: 3\n   window_radius: 5\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"{bad}: not valid YAML (line 3, column 17: mapping values are not allowed here")
+    bad.write_text("patchmatch: [\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 1: while parsing a flow node: expected the node content") as err:
+        load_config(bad)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"--set 'views.depth_percentiles=\[1': value is not valid YAML \(line 1, column 3: "
+                                          r"while parsing a flow sequence") as err:
+        load_config(None, ["views.depth_percentiles=[1"])
+    assert "\n" not in str(err.value)
+
+
 def test_cross_field_check():
     with pytest.raises(ConfigError, match="depth_percentiles must be two increasing numbers"):
         load_config(None, ["views.depth_percentiles=[99, 1]"])
