@@ -24,6 +24,7 @@ from .gpu.backend import resolve_backend
 from .gpu.memory_errors import first_line, is_gpu_out_of_memory
 from .io.atomic import atomic_write_text, remove_leftovers
 from .io.disk import is_disk_error
+from .io.folder_lock import output_folder_lock
 from .output_space import check_output_writable, check_stage_space, write_error
 from .scene import stage as scene_stage
 from .scene.workspace import has_model, read_scene
@@ -276,6 +277,11 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
     fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    with output_folder_lock(ctx.out_dir):   # before the leftovers go: they may be another run's files
+        return _run_locked(ctx, stages)
+
+
+def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
         log.info("removed %s, left by an interrupted write", path)
     write_resolved_config(ctx)

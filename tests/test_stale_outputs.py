@@ -16,6 +16,7 @@ import pytest
 
 from mvs_pipeline.cli import main
 from mvs_pipeline.depth import stage as depth_stage
+from mvs_pipeline.io.folder_lock import LOCK_NAME
 from mvs_pipeline.io.ply import read_ply
 from mvs_pipeline.scene.workspace import read_scene
 
@@ -25,7 +26,7 @@ FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1
         "depth.geometric_passes=0", "--set", "depth.multi_scale=false", "--set", "sampling.pre_pool_spacing=null",
         "--set", "sampling.max_samples=null", "--set", "sampling.keep_unsampled=false"]
 STAGES = ["--stages", "load,views,depth,fusion,sampling"]
-RUN_FILES = {"run.json", "config.resolved.yaml"}  # rewritten by every run by design
+RUN_FILES = {"run.json", "config.resolved.yaml", LOCK_NAME}  # rewritten by every run by design
 
 
 @pytest.fixture(scope="module")
