@@ -25,6 +25,7 @@ from .gpu.memory_errors import first_line, is_gpu_out_of_memory
 from .io.atomic import atomic_write_text, remove_leftovers
 from .io.disk import is_disk_error
 from .io.folder_lock import output_folder_lock
+from .io.object_masks import check_mask_files
 from .output_space import check_output_writable, check_stage_space, write_error
 from .scene import stage as scene_stage
 from .scene.workspace import has_model, read_scene
@@ -53,6 +54,7 @@ class RunContext:
     selection: object = None
     counts: dict = field(default_factory=dict)
     auto: list | None = None  # config/auto.py's AutoValues once cfg's `auto` keys are resolved (resolve_auto)
+    masks_checked: bool = False  # the mask folders' files against the prepared images (_check_masks_once)
 
     def require_scene(self):
         if self.scene is None:
@@ -233,6 +235,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             started = time.time()
             if name != "load":  # the stages after load read the resolved values (the views stage's own run too)
                 _resolve_auto(ctx)
+                _check_masks_once(ctx, stages)
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
@@ -263,6 +266,19 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                        f"backend=cpu (slower) or a smaller max_image_size"
                        f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
+
+
+def _check_masks_once(ctx: RunContext, stages: list[str]) -> None:
+    """The mask folders of the stages still to run, checked against the prepared images before the
+    first stage after load: a wrong mask size used to stop the run in fusion, after the depth stage."""
+    if ctx.masks_checked:
+        return
+    views = ctx.require_scene().views
+    if "fusion" in stages and ctx.cfg.fusion.mask_dir is not None:   # views without a mask use all pixels
+        check_mask_files(ctx.cfg.fusion.mask_dir, views, "fusion.mask_dir", required=False)
+    if "evaluate" in stages and ctx.cfg.evaluate.mask_dir is not None:   # the metrics need every view's
+        check_mask_files(ctx.cfg.evaluate.mask_dir, views, "evaluate.mask_dir", required=True)
+    ctx.masks_checked = True
 
 
 def _fewer_points_hint(ctx: RunContext) -> str:

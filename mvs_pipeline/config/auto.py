@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..depth.params import auto_coarsest_max_size
 from ..fusion.params import auto_consume_pixels, auto_min_consistent
+from ..io.image_size import rescaled_size
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
 from ..views.selection import candidate_pairs
@@ -56,10 +57,8 @@ def total_pixels(cfg: PipelineConfig, scene: Scene) -> int:
     """Image pixels in all, as the depth stage will see them (capped by max_image_size as long_side)."""
     total = 0
     for v in scene.views:
-        scale = 1.0
-        if cfg.max_image_size is not None and max(v.width, v.height) > cfg.max_image_size:
-            scale = cfg.max_image_size / max(v.width, v.height)
-        total += round(v.width * scale) * round(v.height * scale)
+        width, height = rescaled_size(v.width, v.height, cfg.max_image_size)   # the load stage's rule
+        total += width * height
     return total
 
 

@@ -26,7 +26,8 @@ class EvaluateConfig:
     write_clouds: bool = field(default=False, metadata=meta(
         "also write coloured complete/accurate/inaccurate/unobserved clouds per tolerance to OUT/eval/"))
     mask_dir: str | None = field(default=None, metadata=meta(
-        "object masks MASK_DIR/<image name>.png (non-zero = object, the run's image sizes): score the clouds' "
+        "object masks MASK_DIR/<image name>.png (non-zero = object; the run's image sizes, or the input images' "
+        "when max_image_size rescaled them): score the clouds' "
         "mask precision and coverage into OUT/eval/masks_<cloud>.json (null = no mask metrics)"))
     depth_metrics: bool = field(default=True, metadata=meta(
         "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))

@@ -121,7 +121,8 @@ class FusionConfig:
     map_type: Literal["auto", "geometric", "photometric"] = field(default="auto", metadata=meta(
         "which depth/normal maps to fuse; auto = geometric when every view has them, else photometric"))
     mask_dir: str | None = field(default=None, metadata=meta(
-        "folder of COLMAP-style masks MASK_DIR/<image name>.png, zero = ignore the pixel (null = no masks)"))
+        "folder of COLMAP-style masks MASK_DIR/<image name>.png, zero = ignore the pixel, at the prepared image's size "
+        "or at the input image's when max_image_size rescaled it (null = no masks)"))
     mask_silhouettes: bool = field(default=False, metadata=meta(
         "with mask_dir: the masks are object silhouettes (DTU-style), so a point is dropped where it projects "
         "onto a zero pixel of any view that has it in front and inside the frame (fusion/silhouettes.py; "

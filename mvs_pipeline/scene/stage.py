@@ -24,6 +24,7 @@ import pycolmap
 from tqdm import tqdm
 
 from ..errors import MVSError
+from ..io.image_size import rescaled_size
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
 from .workspace import (WorkspaceLayout, detect_layout, has_model, read_reconstruction, read_scene,
                         scene_from_reconstruction)
@@ -66,14 +67,6 @@ def check_images(scene: Scene, progress: bool = True) -> None:
     if problems:
         more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
         raise MVSError(f"{len(problems)} image problem(s):\n  " + "\n  ".join(problems[:10]) + more)
-
-
-def rescaled_size(width: int, height: int, max_image_size: int | None) -> tuple[int, int]:
-    """Size after limiting the long side to max_image_size (never upscales)."""
-    if max_image_size is None or max(width, height) <= max_image_size:
-        return width, height
-    scale = max_image_size / max(width, height)
-    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
