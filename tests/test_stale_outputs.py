@@ -129,16 +129,17 @@ def test_views_change_redoes_views_and_everything_after(scene, base, tmp_path, c
 def test_depth_change_redoes_depth_and_everything_after(scene, base, tmp_path, caplog):
     out = copy_of(base, tmp_path)
     before = snapshot(out)
-    assert run(scene, out, "--set", "depth.filter_median=false") == 0
+    # the 96x72 base resolves depth.filter_median `auto` to false (small images); pinning true changes it
+    assert run(scene, out, "--set", "depth.filter_median=true") == 0
     assert untouched(before, out, "stereo/views.json")
     old = {k: v[0] for k, v in before.items() if k.startswith("stereo/depth_maps/")}
     new = {k: v for k, v in maps(out).items() if k.startswith("stereo/depth_maps/")}
-    assert new.keys() == old.keys() and all(new[k] != old[k] for k in old)  # unfiltered maps now
+    assert new.keys() == old.keys() and all(new[k] != old[k] for k in old)  # median-filtered maps now
     for prefix in ("fused.ply", "fused_fps.ply"):
         assert redone(before, out, prefix), prefix
     lines = redo_lines(caplog)
     assert sorted(lines) == ["depth", "fusion", "sampling"]
-    assert "depth.filter_median true -> false" in lines["depth"], lines
+    assert "depth.filter_median false -> true" in lines["depth"], lines
 
 
 def test_sampling_change_redoes_sampling_only(scene, base, tmp_path, caplog):

@@ -11,6 +11,7 @@ The rules (the why is in each params.py):
 - views.num_neighbors: min(10, the most candidate source views any view has);
 - depth.coarsest_max_size: 120 px for images up to 640 px (4 scales at 640 px, 3 at 320 px), else
   1000 (as before);
+- depth.filter_median: off for images up to 640 px, on above;
 - fusion.min_consistent: 1 per 4 other views seeing a region (median track length - 1, at most
   num_neighbors), at least 1;
 - fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
@@ -23,7 +24,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from ..depth.params import auto_coarsest_max_size
+from ..depth.params import auto_coarsest_max_size, auto_filter_median
 from ..fusion.params import auto_consume_pixels, auto_min_consistent
 from ..io.image_size import rescaled_size
 from ..scene.scene import Scene
@@ -31,7 +32,8 @@ from ..views.params import auto_num_neighbors
 from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
-AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent", "fusion.consume_pixels")
+AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median", "fusion.min_consistent",
+             "fusion.consume_pixels")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_coarsest_max_size(long_side(cfg, scene))
         depth = dataclasses.replace(depth, coarsest_max_size=value)
         resolved.append(AutoValue("depth.coarsest_max_size", value, reason))
+    if depth.filter_median == "auto":
+        value, reason = auto_filter_median(long_side(cfg, scene))
+        depth = dataclasses.replace(depth, filter_median=value)
+        resolved.append(AutoValue("depth.filter_median", value, reason))
     if fusion.min_consistent == "auto":
         # the most sources a reference view gets, as the fusion stage counts them (views.json)
         most_sources = min(views.num_neighbors, most_candidates)

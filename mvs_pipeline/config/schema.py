@@ -3,8 +3,8 @@ frozen dataclass from `<stage>/params.py` (the config loader validates against t
 
 Every field carries `meta(help, unit, range)`; `configs/default.yaml` documents the same fields
 with the same defaults (a test keeps the two in step). `None` means "auto": the stage resolves
-it, logs the value and saves it with the run. The string `auto` (views.num_neighbors,
-depth.coarsest_max_size, fusion.min_consistent) is resolved from the prepared scene by auto.py.
+it, logs the value and saves it with the run. The string `auto` (config/auto.py's AUTO_KEYS) is
+resolved from the prepared scene by auto.py.
 """
 
 from __future__ import annotations

@@ -50,6 +50,23 @@ def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
                                      f"the former default {LARGE_COARSEST_MAX_SIZE} px")
 
 
+# `depth.filter_median: auto` (auto_filter_median below). The median over checkerboard neighbours
+# smooths the final maps' noise on large images, but on small ones a pixel covers so much surface
+# that it erodes outlines and thin parts. Measured (session 18, BENCHMARKS.md "The depth post-filters
+# on the quality suite", H100, default config otherwise), F1@2cm median on -> off: objects 10 x
+# 320x240 0.850 -> 0.864 and 0.881 -> 0.886 (accuracy up too), rooms 14 x 320x240 0.383 -> 0.397 and
+# 14 x 640x480 0.436 -> 0.452; courtyards 20 x 800x600 0.893 -> 0.889 and 0.892 -> 0.889 (accuracy
+# 0.937 -> 0.928). So off up to the same 640 px as the pyramid's rule, on above it.
+
+
+def auto_filter_median(long_side: int) -> tuple[bool, str]:
+    """`depth.filter_median: auto` from the largest image's long side in px: (value, reason)."""
+    if long_side <= SMALL_IMAGE_MAX_SIDE:
+        return False, (f"images up to {SMALL_IMAGE_MAX_SIDE} px (long side {long_side}): no median, it erodes "
+                       f"outlines a few pixels wide")
+    return True, f"long side {long_side} > {SMALL_IMAGE_MAX_SIDE} px: the median smooths the maps' noise"
+
+
 @dataclass(frozen=True)
 class DepthConfig:
     # The depth stage's orchestration (stage.py, passes.py): ACMM's scales and passes.
@@ -88,8 +105,9 @@ class DepthConfig:
     planar_prior_max_reproj_error: float = field(default=2.0, metadata=meta(
         "planar prior: forward-backward reprojection error below which a source counts as consistent", "px",
         (0.01, 100.0)))
-    filter_median: bool = field(default=True, metadata=meta(
-        "post-filter the final depth maps with a median over checkerboard neighbours"))
+    filter_median: bool | Literal["auto"] = field(default="auto", metadata=meta(
+        "post-filter the final depth maps with a median over checkerboard neighbours (auto = off for images "
+        "up to 640 px, on above)"))
     filter_max_cost: float | None = field(default=None, metadata=meta(
         "post-filter: drop final depths whose aggregated cost exceeds this (null = keep all)", "cost", (0.0, 10.0)))
     preview_max_size: int | None = field(default=640, metadata=meta(

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.colmap_maps import colmap_array_complete
-from .params import DepthConfig, auto_coarsest_max_size
+from .params import DepthConfig, auto_coarsest_max_size, auto_filter_median
 
 MAP_KINDS = ("depth", "normal", "cost")
 MAP_CHANNELS = {"depth": 1, "normal": 3, "cost": 1}
@@ -80,6 +80,14 @@ def num_scales(cfg: DepthConfig, max_long_side: int) -> int:
         side /= 2.0
         n += 1
     return n
+
+
+def filter_median_on(cfg: DepthConfig, max_long_side: int) -> bool:
+    """cfg.filter_median, with `auto` resolved by the same rule as config/auto.py (for a caller that
+    did not resolve the config; the pipeline does)."""
+    if cfg.filter_median == "auto":
+        return auto_filter_median(max_long_side)[0]
+    return bool(cfg.filter_median)
 
 
 def scaled_size(width: int, height: int, scale: int) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from ..gpu.loader import to_host
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
-from .passes import DepthPass, plan_passes, scaled_K, scaled_size
+from .passes import DepthPass, filter_median_on, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fraction
@@ -308,7 +308,8 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
     prof.add_solver(pss.kind, timings, memory)
     depth = result.depth
     if pss.final:
-        depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=cfg.depth.filter_median,
+        median = filter_median_on(cfg.depth, max(max(v.width, v.height) for v in scene.views))
+        depth = postfilter_depth(depth, result.cost, _max_cost(cfg), median=median,
                                  backend=backend, keep_on_device=on_gpu)
         prof.stop("postfilter")
     preview = (Path(out_dir) / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None

@@ -27,7 +27,8 @@ def warm_up_solver(cfg, num_sources: int, backend: str) -> None:
     problem.init_depth, problem.init_normal = photometric.depth, photometric.normal
     problem.src_depths = toy.src_gt_depths
     geometric = run_patchmatch(problem, params, backend=backend, seed=0, keep_on_device=on_gpu)
-    postfilter_depth(geometric.depth, geometric.cost, float("inf"), median=cfg.depth.filter_median,
+    # the median's kernel loads too unless the config turned it off (`auto` may resolve either way)
+    postfilter_depth(geometric.depth, geometric.cost, float("inf"), median=cfg.depth.filter_median is not False,
                      backend=backend, keep_on_device=on_gpu)
     d = cfg.depth
     # a finer scale's start: the coarse maps upsampled onto the reference image, then the restorer

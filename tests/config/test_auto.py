@@ -11,8 +11,8 @@ import pytest
 
 from mvs_pipeline.config.auto import annotate_yaml, resolve_auto, unresolved_keys
 from mvs_pipeline.config.loader import dump_config, load_config
-from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size
-from mvs_pipeline.depth.passes import num_scales
+from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size, auto_filter_median
+from mvs_pipeline.depth.passes import filter_median_on, num_scales
 from mvs_pipeline.errors import ConfigError
 from mvs_pipeline.fusion.params import FusionConfig, auto_consume_pixels, auto_min_consistent
 from mvs_pipeline.fusion.stage import resolve_config as resolve_fusion_config
@@ -49,7 +49,8 @@ ALL_AUTO = ["fusion.min_consistent=auto"]
 
 def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
-    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.consume_pixels"]
+    assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
+                                    "fusion.consume_pixels"]
     assert cfg.fusion.min_consistent == 1
     assert "fusion.min_consistent" in unresolved_keys(load_config(None, ALL_AUTO))
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
@@ -69,6 +70,14 @@ def test_coarsest_max_size_120_up_to_640_px_else_acmm(side, coarsest, scales):
     assert auto_coarsest_max_size(side)[0] == coarsest
     assert num_scales(DepthConfig(), side) == scales  # the depth stage resolving `auto` itself
     assert num_scales(DepthConfig(coarsest_max_size=coarsest), side) == scales
+
+
+@pytest.mark.parametrize("side, median", [(96, False), (320, False), (640, False), (641, True), (800, True),
+                                          (1600, True), (3200, True)])
+def test_filter_median_off_up_to_640_px(side, median):
+    assert auto_filter_median(side)[0] is median
+    assert filter_median_on(DepthConfig(), side) is median   # the depth stage resolving `auto` itself
+    assert filter_median_on(DepthConfig(filter_median=not median), side) is (not median)
 
 
 def test_small_preset_keeps_a_scale_less_than_auto_and_its_min_consistent():
@@ -112,10 +121,12 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), object10)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (9, 120, 1)
     assert cfg.fusion.consume_pixels is False   # 10 x 320x240: 0.8 Mpx
+    assert cfg.depth.filter_median is False
     assert num_scales(cfg.depth, 320) == 3
-    assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "fusion.min_consistent",
-                                         "fusion.consume_pixels"]
-    assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[2].reason
+    assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
+                                         "fusion.min_consistent", "fusion.consume_pixels"]
+    assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[3].reason
+    assert "up to 640 px (long side 320): no median" in resolved[2].reason
     assert unresolved_keys(cfg) == []
     # the same neighbours as the former default 10, and as the views stage resolving `auto` itself
     sel = select_views(object10, cfg.views)
@@ -127,7 +138,7 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
 
 def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
     cfg, resolved = resolve_auto(load_config(None, ALL_AUTO), ring50)
-    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size) == (10, 1000)
+    assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.depth.filter_median) == (10, 1000, True)
     assert num_scales(cfg.depth, 3200) == 3
     # every view sees every point here (tracks of ~50 views): 10 neighbours could agree -> 2
     assert ring50.views_per_observation() >= 40 and cfg.fusion.min_consistent == 2
@@ -139,13 +150,15 @@ def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
     # max_image_size is applied before the size rules: 600 px images are small (50 x 600x399: 12 Mpx)
     small = resolve_auto(load_config(None, ["max_image_size=600"]), ring50)[0]
     assert small.depth.coarsest_max_size == 120 and small.fusion.consume_pixels is False
+    assert small.depth.filter_median is False
 
 
 def test_explicit_values_are_kept_and_not_reported(ring50):
-    cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false"]),
-                                 ring50)
+    cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false",
+                                                       "depth.filter_median=false"]), ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
     assert cfg.fusion.consume_pixels is False   # pinned, though auto would say true here
+    assert cfg.depth.filter_median is False     # likewise
     assert resolved == []
 
 
@@ -155,8 +168,9 @@ def test_resolved_yaml_explains_and_pins_the_values(object10, tmp_path):
     lines = text.splitlines()
     assert lines[0] == f"# auto: views.num_neighbors = 9 ({resolved[0].reason})"
     assert f"  coarsest_max_size: 120  # auto: {resolved[1].reason}" in lines
-    assert f"  min_consistent: 1  # auto: {resolved[2].reason}" in lines
-    assert f"  consume_pixels: false  # auto: {resolved[3].reason}" in lines
+    assert f"  filter_median: false  # auto: {resolved[2].reason}" in lines
+    assert f"  min_consistent: 1  # auto: {resolved[3].reason}" in lines
+    assert f"  consume_pixels: false  # auto: {resolved[4].reason}" in lines
     path = tmp_path / "config.resolved.yaml"
     path.write_text(text)
     assert load_config(path) == cfg  # the file reruns the same values without `auto`

@@ -13,8 +13,8 @@ from mvs_pipeline.evaluation.report import collect_run
 from tests.tiny_model import write_colmap_project
 
 # 5 views that all see every point: 4 candidate sources each, tracks of 5 views, 64 px images
-EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 120, "fusion.min_consistent": 1,
-            "fusion.consume_pixels": False}
+EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 120, "depth.filter_median": False,
+            "fusion.min_consistent": 1, "fusion.consume_pixels": False}
 
 
 def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
