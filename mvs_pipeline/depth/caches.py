@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import MVSError
 from ..io.colmap_maps import read_depth_map, read_normal_map
+from ..io.photos import read_grey
 from ..scene.scene import Scene
 from .passes import scaled_size
 
@@ -33,7 +34,7 @@ class GreyImageCache:
 
     def _decode(self, view_idx: int) -> np.ndarray:
         view = self.scene.views[view_idx]
-        pixels = cv2.imread(str(view.image_path), cv2.IMREAD_GRAYSCALE)
+        pixels = read_grey(view.image_path)   # as stored, as COLMAP read it (io/photos.py)
         if pixels is None:
             raise MVSError(f"{view.image_path}: image '{view.name}' could not be read")
         if pixels.shape != (view.height, view.width):

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import MVSError
 from ..io.colmap_maps import read_depth_map, read_normal_map
+from ..io.photos import read_colour
 from ..scene.scene import Scene
 from ..io.object_masks import mask_path_for, read_object_mask
 from .halo import halo_pixels
@@ -171,7 +172,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     if n_bad:
         log.warning("%s: %d non-finite depth value(s) (NaN/inf) treated as 'no depth'", inp.depth_path, n_bad)
         depth[bad] = 0.0
-    bgr = cv2.imread(str(inp.image_path), cv2.IMREAD_COLOR)
+    bgr = read_colour(inp.image_path)   # as stored, as COLMAP read it (io/photos.py)
     if bgr is None:
         raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
     _check_size(inp.image_path, "image", bgr.shape, inp)

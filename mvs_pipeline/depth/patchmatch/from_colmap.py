@@ -14,12 +14,13 @@ import cv2
 import numpy as np
 
 from mvs_pipeline.errors import MVSError
+from mvs_pipeline.io.photos import read_colour
 
 from .problem import PatchMatchProblem
 
 
 def _grey(path: Path) -> np.ndarray:
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    img = read_colour(path)
     if img is None:
         raise MVSError(f"cannot read image {path}")
     return cv2.cvtColor(img, cv2.COLOR_BGR2GRAY).astype(np.float32)
