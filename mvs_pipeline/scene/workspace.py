@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 MODEL_FILES = ("cameras", "images", "points3D")
 
 
+_WARNED: set[str] = set()   # a run reads the layout several times (checks, fingerprints, load)
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("%s", message)
+
+
 @dataclass(frozen=True)
 class WorkspaceLayout:
     kind: str  # "eth3d" | "dense" | "colmap" | "explicit"
@@ -70,7 +79,7 @@ def detect_layout(workspace: Path, images: Path | None = None, sparse: Path | No
     if has_model(sparse_root / "0"):
         others = sorted(p.name for p in sparse_root.iterdir() if p.is_dir() and p.name != "0" and has_model(p))
         if others:
-            log.warning("%s holds several models (0, %s); using sparse/0", sparse_root, ", ".join(others))
+            _warn_once(f"{sparse_root} holds several models (0, {', '.join(others)}); using sparse/0")
         return WorkspaceLayout("colmap", images_dir, sparse_root / "0")
     raise MVSError(f"{workspace}: no COLMAP model in 'sparse/' or 'sparse/0/'")
 

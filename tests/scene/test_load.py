@@ -195,3 +195,15 @@ def test_explicit_images_and_sparse(tmp_path):
                      sparse=tmp_path / "ws" / "sparse" / "0", progress=False)
     assert scene.num_views == 5
     assert read_scene(tmp_path / "out" / "images", tmp_path / "out" / "sparse").num_views == 5
+
+
+def test_several_models_warn_once_and_use_the_first(tmp_path, caplog):
+    """A run reads the layout several times (input checks, fingerprints, the load stage): the
+    warning about sparse/1 comes once, not once per reading."""
+    write_colmap_project(tmp_path)
+    shutil.copytree(tmp_path / "sparse" / "0", tmp_path / "sparse" / "1")
+    with caplog.at_level("WARNING", logger="mvs_pipeline.scene.workspace"):
+        layouts = [detect_layout(tmp_path) for _ in range(3)]
+    assert all(lay.sparse_dir == tmp_path / "sparse" / "0" for lay in layouts)
+    warnings = [r.getMessage() for r in caplog.records if "several models" in r.getMessage()]
+    assert warnings == [f"{tmp_path / 'sparse'} holds several models (0, 1); using sparse/0"]
