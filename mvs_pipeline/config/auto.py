@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
 from ..fusion.params import auto_consume_pixels, auto_min_consistent
-from ..io.image_size import rescaled_size
+from ..io.image_size import pixels_in_all
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
 from ..views.selection import candidate_pairs
@@ -53,15 +53,6 @@ def long_side(cfg: PipelineConfig, scene: Scene) -> int:
     already within max_image_size; an input workspace (`info`) is capped here the same way."""
     side = max(max(v.width, v.height) for v in scene.views)
     return min(side, cfg.max_image_size) if cfg.max_image_size is not None else side
-
-
-def total_pixels(cfg: PipelineConfig, scene: Scene) -> int:
-    """Image pixels in all, as the depth stage will see them (capped by max_image_size as long_side)."""
-    total = 0
-    for v in scene.views:
-        width, height = rescaled_size(v.width, v.height, cfg.max_image_size)   # the load stage's rule
-        total += width * height
-    return total
 
 
 def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
@@ -91,7 +82,8 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         fusion = dataclasses.replace(fusion, min_consistent=value)
         resolved.append(AutoValue("fusion.min_consistent", value, reason))
     if fusion.consume_pixels == "auto":
-        value, reason = auto_consume_pixels(total_pixels(cfg, scene))
+        # as the depth stage will see them: an input workspace (`info`) rescaled by the load stage's rule
+        value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
     return dataclasses.replace(cfg, views=views, depth=depth, fusion=fusion), resolved

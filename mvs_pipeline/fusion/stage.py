@@ -58,6 +58,7 @@ from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import write_cloud_preview
 from ..io.fused_ply import FusedCloudWriter, PackedChunk, pack_chunk
+from ..io.image_size import pixels_in_all
 from ..io.vis_file import colmap_image_indices, visibility_records
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
@@ -360,8 +361,7 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
         most = max((len(n) for n in selection.neighbors), default=0)
         cfg = dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
     if cfg.consume_pixels == "auto":
-        total = sum(v.width * v.height for v in scene.views)
-        cfg = dataclasses.replace(cfg, consume_pixels=auto_consume_pixels(total)[0])
+        cfg = dataclasses.replace(cfg, consume_pixels=auto_consume_pixels(pixels_in_all(scene.views))[0])
     return cfg
 
 

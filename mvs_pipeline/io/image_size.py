@@ -1,6 +1,6 @@
 """The size an image gets from `max_image_size`: one rule for the load stage that rescales the
-images, `auto` values that count their pixels beforehand, and object masks given at the input
-images' size (read at the prepared images' size)."""
+images, `auto` values that count their pixels (beforehand, or in the prepared scene), and object
+masks given at the input images' size (read at the prepared images' size)."""
 
 from __future__ import annotations
 
@@ -11,3 +11,13 @@ def rescaled_size(width: int, height: int, max_image_size: int | None) -> tuple[
         return width, height
     scale = max_image_size / max(width, height)
     return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def pixels_in_all(views, max_image_size: int | None = None) -> int:
+    """Image pixels summed over `views` (anything with width and height), each image as
+    `max_image_size` leaves it (None: as it is, e.g. a prepared scene)."""
+    total = 0
+    for v in views:
+        width, height = rescaled_size(v.width, v.height, max_image_size)
+        total += width * height
+    return total

@@ -34,6 +34,14 @@ def is_rescaled_to(mask_width: int, mask_height: int, width: int, height: int) -
         rescaled_size(mask_width, mask_height, max(width, height)) == (width, height)
 
 
+def _wrong_size(path: Path, name: str, mask_width: int, mask_height: int, width: int, height: int) -> str:
+    """The error for a mask whose size is neither the camera's nor the camera's before rescaling
+    (without its closing parenthesis: the early check adds the config key inside it)."""
+    return (f"{path}: mask of image '{name}' is {mask_width}x{mask_height} px but the camera is {width}x{height} "
+            f"(masks must have the image's size in the prepared workspace, or its size before max_image_size "
+            f"rescaled it")
+
+
 def read_object_mask(path: Path, name: str, width: int, height: int) -> np.ndarray:
     """[H, W] bool, True where the mask of image `name` (width x height px) is non-zero; an
     unreadable or mis-sized file is an error naming it.
@@ -54,9 +62,7 @@ def read_object_mask(path: Path, name: str, width: int, height: int) -> np.ndarr
     if is_rescaled_to(mask_width, mask_height, width, height):
         area = cv2.resize(inside.astype(np.float32), (width, height), interpolation=cv2.INTER_AREA)
         return area >= 0.5
-    raise MVSError(f"{path}: mask of image '{name}' is {mask_width}x{mask_height} px but the camera is "
-                   f"{width}x{height} (masks must have the image's size in the prepared workspace, or its "
-                   f"size before max_image_size rescaled it)")
+    raise MVSError(_wrong_size(path, name, mask_width, mask_height, width, height) + ")")
 
 
 def _header_size(path: Path) -> tuple[int, int] | None:
@@ -88,6 +94,4 @@ def check_mask_files(mask_dir: Path, views, key: str, required: bool) -> None:
         if size is None:
             raise MVSError(f"{path}: mask of image '{view.name}' is not a readable image ({key})")
         if size != (view.width, view.height) and not is_rescaled_to(*size, view.width, view.height):
-            raise MVSError(f"{path}: mask of image '{view.name}' is {size[0]}x{size[1]} px but the camera is "
-                           f"{view.width}x{view.height} (masks must have the image's size in the prepared "
-                           f"workspace, or its size before max_image_size rescaled it; {key})")
+            raise MVSError(_wrong_size(path, view.name, *size, view.width, view.height) + f"; {key})")
