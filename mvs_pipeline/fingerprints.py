@@ -154,6 +154,12 @@ def read_record(out_dir: Path, name: str) -> dict | None:
     return record
 
 
+def finished(out_dir: Path, name: str) -> bool:
+    """Whether stage `name` recorded its outputs in `out_dir` as complete (made from whichever chain)."""
+    record = read_record(out_dir, name)
+    return record is not None and record.get("state") == "complete"
+
+
 def _write(out_dir: Path, name: str, state: str, chain: dict) -> None:
     atomic_write_text(record_path(out_dir, name), json.dumps({"stage": name, "state": state, "chain": chain},
                                                              indent=1))

@@ -47,7 +47,8 @@ class RunContext:
     images: Path | None = None
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
-    cluster: object = None  # cluster/client.ClusterStart while a --cluster run is open
+    cluster: object = None  # cluster/client.ClusterStart once a --cluster run has started its cluster
+    cluster_wanted: bool = False  # --cluster and the depth stage in this run: start_cluster may be called
     stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     backend: str = "cpu"  # resolved
     scene: object = None
@@ -72,12 +73,23 @@ class RunContext:
         for a in self.auto:
             log.info("auto: %s = %s (%s)", a.key, a.shown, a.reason)
 
+    def start_cluster(self) -> None:
+        """Start `--cluster`'s cluster in the background (cluster/client.ClusterStart): its workers
+        start, import and load their kernels while this process goes on."""
+        if self.cluster is not None:
+            return
+        from .cluster.client import ClusterStart  # noqa: PLC0415 (imports distributed)
+        from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
+
+        self.cluster = ClusterStart(self.cfg.cluster, lambda client: warm_up_workers(client, self.backend, self.cfg))
+
     def require_client(self):
-        """The Dask client of `--cluster`, once its start (begun with the run) has finished; the
-        first wait for it goes into counts.cluster_wait_seconds (inside the stage that waited)."""
-        if self.cluster is None:
+        """The Dask client of `--cluster`, once its start has finished (begun with the run, or now);
+        the first wait for it goes into counts.cluster_wait_seconds (inside the stage that waited)."""
+        if not self.cluster_wanted:
             raise MVSError("this stage needs --cluster (no Dask client is open)")
         t0 = time.perf_counter()
+        self.start_cluster()
         client = self.cluster.client()
         self.counts.setdefault("cluster_wait_seconds", round(time.perf_counter() - t0, 3))
         return client
@@ -103,10 +115,12 @@ def _run_views(ctx: RunContext) -> None:
 
 
 def _run_depth(ctx: RunContext) -> None:
-    if ctx.cluster is not None:   # --cluster: one Dask task per (pass, view)
+    if ctx.cluster_wanted:   # --cluster: one Dask task per (pass, view)
         from .depth import cluster_run  # noqa: PLC0415 (imports distributed)
 
         cluster_run.run(ctx)
+        if ctx.cluster is not None:   # no later stage uses it: it shuts down while they run
+            ctx.cluster.begin_close()
         return
     from .depth import stage  # noqa: PLC0415 (imports numba/cupy only when needed)
 
@@ -268,6 +282,12 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
 
 
+def _close_cluster(ctx: RunContext) -> None:
+    cluster, ctx.cluster, ctx.cluster_wanted = ctx.cluster, None, False
+    if cluster is not None:
+        cluster.close()
+
+
 def _check_masks_once(ctx: RunContext, stages: list[str]) -> None:
     """The mask folders of the stages still to run, checked against the prepared images before the
     first stage after load: a wrong mask size used to stop the run in fusion, after the depth stage."""
@@ -303,16 +323,14 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     write_resolved_config(ctx)
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
-        if ctx.cfg.cluster.kind != "none" and "depth" in stages:   # the only stage that uses it; no --cluster, no dask
-            from .cluster.client import ClusterStart  # noqa: PLC0415
-
-            from .depth.cluster_run import warm_up_workers  # noqa: PLC0415
-
-            # the workers start, import and load their kernels while load/views run here
-            ctx.cluster = ClusterStart(ctx.cfg.cluster, lambda client: warm_up_workers(client, ctx.backend, ctx.cfg))
-            stack.callback(ctx.cluster.close)
+        # depth is the only stage that uses the cluster; no --cluster, no dask
+        ctx.cluster_wanted = ctx.cfg.cluster.kind != "none" and "depth" in stages
+        if ctx.cluster_wanted:
+            stack.callback(_close_cluster, ctx)
+            if ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth"):
+                ctx.start_cluster()   # now, so that it starts while load and views run here
+            # else the depth stage starts it only if a changed input or key leaves maps to compute
         _run_stages(ctx, stages, timings, gpu_peaks, done)
-        ctx.cluster = None
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
               "stage_unix_times": ctx.stage_unix_times, "counts": ctx.counts,

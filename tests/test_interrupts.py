@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The callback sends the signal to its own process and keeps running bytecode, so Python runs the
 # handler inside the callback: the case numba's type cache met in CI (`_on_type_disposal`).
 SCRIPT = """
-import os, signal, sys, weakref
+import os, signal, sys, time, weakref
 from mvs_pipeline.interrupts import interrupt_handling
 
 class Thing:
@@ -30,7 +30,10 @@ with interrupt_handling():
         thing = Thing()
         ref = weakref.ref(thing, callback)
         del thing
-        for _ in range(1000000):
+        # the interrupt comes again from a timer thread ~10 ms later: ordinary code runs until then
+        # (a fixed loop of 10^6 steps ended first on a fast machine, 4 runs in 10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             pass
         print("not interrupted")
     except KeyboardInterrupt as exc:

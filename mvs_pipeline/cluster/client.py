@@ -89,8 +89,9 @@ def open_client(cfg: ClusterConfig):
 class ClusterStart:
     """open_client(cfg) in a background thread, so that the cluster's worker processes start
     while the load stage runs (~2-3 s of a 4-GPU run's wall time were spent waiting for them).
-    `client()` waits for the start and re-raises its error; `close()` shuts the cluster down,
-    waiting first for a start still under way. `on_open(client)` runs in the thread once open."""
+    `client()` waits for the start and re-raises its error; `begin_close()` starts shutting the
+    cluster down in that thread (after a start still under way) and returns; `close()` waits for the
+    shutdown. `on_open(client)` runs in the thread once open."""
 
     def __init__(self, cfg: ClusterConfig, on_open=None):
         _import_distributed()   # a missing package is reported now, not after the load stage
@@ -99,6 +100,7 @@ class ClusterStart:
         self._stack = contextlib.ExitStack()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-start")
         self._future = self._pool.submit(self._open, cfg, on_open)
+        self._closing = None
 
     def _open(self, cfg: ClusterConfig, on_open):
         client = self._stack.enter_context(open_client(cfg))
@@ -107,16 +109,20 @@ class ClusterStart:
         return client
 
     def client(self):
+        if self._closing is not None:
+            raise MVSError("cluster: asked for after its shutdown began")
         return self._future.result()
 
+    def begin_close(self) -> None:
+        # in the thread that opened it (the Client resets context variables it set there), after
+        # the start: the one-thread pool runs them in turn
+        if self._closing is None:
+            self._closing = self._pool.submit(self._stack.close)
+
     def close(self) -> None:
+        self.begin_close()
         try:
-            self._future.result()   # a start under way finishes before the cluster can be shut down
-        except BaseException:  # noqa: BLE001 (client() reported it, or the run stops for another reason)
-            pass
-        try:
-            # in the thread that opened it: the Client resets context variables it set there
-            self._pool.submit(self._stack.close).result()
+            self._closing.result()
         finally:
             self._pool.shutdown(wait=True)
 

@@ -305,20 +305,32 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
                                   retries: int = 2, overwrite: bool = False, progress: bool = True,
                                   on_task_done=None) -> dict:
     """compute_depth_maps's work as Dask tasks on `client`; the same counts plus per-worker task
-    counts and seconds. `on_task_done(result)` (optional) is called in the client after each task."""
+    counts and seconds. `client`: a distributed.Client, or a function returning one, called only
+    when some map is still to compute (a resumed run with every map on disk needs no cluster).
+    `on_task_done(result)` (optional) is called in the client after each task."""
     sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
+    # computing one pass writes no map of another, so what each pass lacks is known now
+    pending_by_pass = {pss.id: pending_views(scene, todo, pss, overwrite) for pss in passes}
+    counts = {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": 0,
+              "depth_view_passes_resumed": sum(len(todo) - len(p) for p in pending_by_pass.values()),
+              "depth_valid_pixels_computed": 0, "depth_pass_seconds": {}, "depth_cluster_pass_phases": {},
+              "depth_cluster_workers": {}}
+    if not any(pending_by_pass.values()):
+        return counts
+    if not hasattr(client, "submit"):
+        client = client()
     job = _job(client, cfg, scene, sel, passes, out_dir, backend)
     # the same block of neighbouring views on the same worker in every pass (loose hints)
     hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
     # sent to every worker once, not pickled into each of the (passes x views) tasks
     job_ref = client.scatter(job, broadcast=True, hash=False)
-    computed, resumed, valid = 0, 0, 0
-    seconds: dict[str, float] = {}
-    phases: dict[str, dict] = {}   # per pass: tasks (submission to last result), flush, check seconds
-    workers: dict[str, dict] = {}
+    computed, valid = 0, 0
+    seconds: dict[str, float] = counts["depth_pass_seconds"]
+    # per pass: tasks (submission to last result), flush, check seconds
+    phases: dict[str, dict] = counts["depth_cluster_pass_phases"]
+    workers: dict[str, dict] = counts["depth_cluster_workers"]
     for pss in passes:
-        pending = pending_views(scene, todo, pss, overwrite)
-        resumed += len(todo) - len(pending)
+        pending = pending_by_pass[pss.id]
         if not pending:
             continue
         start = time.perf_counter()
@@ -358,13 +370,13 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
             raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {what}); "
                            f"the maps finished so far are kept: rerun the same command to resume") from exc
         seconds[pss.id] = time.perf_counter() - start
-    return {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": computed,
-            "depth_view_passes_resumed": resumed, "depth_valid_pixels_computed": valid,
-            "depth_pass_seconds": seconds, "depth_cluster_pass_phases": phases, "depth_cluster_workers": workers}
+    counts.update(depth_view_passes_computed=computed, depth_valid_pixels_computed=valid)
+    return counts
 
 
 def run(ctx) -> None:
-    """The pipeline's `depth` stage when `run --cluster` started a cluster (ctx.require_client())."""
+    """The pipeline's `depth` stage on `run --cluster`'s cluster (ctx.require_client, asked for only
+    when some map is still to compute)."""
     ctx.counts.update(compute_depth_maps_on_cluster(
-        ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend, ctx.require_client(),
+        ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend, ctx.require_client,
         retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite, progress=ctx.progress))

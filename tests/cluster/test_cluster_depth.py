@@ -102,6 +102,47 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert maps(out) == reference
 
 
+def test_a_finished_depth_stage_starts_no_cluster_and_a_lost_map_starts_it(scene, single, tmp_path, monkeypatch):
+    """A rerun with --cluster whose depth maps are all on disk starts no cluster (~2-3 s and a
+    GPU's memory per worker for nothing); one whose finished depth stage lost a map starts it when
+    the stage finds that map missing, computes only it, and shuts the cluster down before fusion."""
+    out = tmp_path / "out"
+    cluster_run = [*FAST, *STAGES, "--cluster", "local", "--set", "cluster.workers=1"]
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES]) == 0
+    import mvs_pipeline.cluster.client as cluster_client
+
+    real_start = cluster_client.ClusterStart
+    started = []
+
+    def no_start(*args, **kwargs):
+        started.append(args)
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(cluster_client, "ClusterStart", no_start)
+    assert main(["-q", "run", str(scene), "-o", str(out), *cluster_run]) == 0
+    counts = json.loads((out / "run.json").read_text())["counts"]
+    assert not started and "cluster_wait_seconds" not in counts
+    assert counts["depth_view_passes_computed"] == 0 and counts["depth_view_passes_resumed"] == 8
+
+    class RecordedStart(real_start):
+        def begin_close(self):
+            started.append(("closing", time.time()))
+            super().begin_close()
+
+    monkeypatch.setattr(cluster_client, "ClusterStart", RecordedStart)
+    lost = sorted((out / "stereo" / "depth_maps").glob("*.geometric.bin"))[0]
+    lost.unlink()
+    assert main(["-q", "run", str(scene), "-o", str(out), *cluster_run]) == 0
+    record = json.loads((out / "run.json").read_text())
+    counts = record["counts"]
+    assert counts["depth_view_passes_computed"] == 1 and counts["depth_view_passes_resumed"] == 7
+    assert counts["cluster_wait_seconds"] >= 0   # started by the depth stage, which waited for it
+    # its shutdown began before fusion started (close() at the end of the run asks again, a no-op)
+    assert started and {what for what, _ in started} == {"closing"}
+    assert started[0][1] <= record["stage_unix_times"]["fusion"][0] + 0.001
+    assert maps(out) == maps(single)
+
+
 def prepared(scene: Path, out: Path):
     """(cfg, Scene, ViewSelection) of OUT after the load and views stages."""
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views"]) == 0
