@@ -25,7 +25,11 @@ fi
 
 venv="${MVS_VENV:-.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING' || true
+# uv installs the package and its ~60 dependencies in 4-8 s where pip takes 21-32 s (2-core CI
+# machine, warm and cold caches; BENCHMARKS.md, session 19); pip stays the fallback.
+if [ ! -x "$venv/bin/uv" ]; then
+  "$venv/bin/python" -m pip install -q uv 2>&1 | grep -v '^WARNING' || true
+fi
 
 if command -v nvidia-smi >/dev/null && cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: \([0-9]*\).*/\1/p' | head -1) && [ -n "$cuda" ]; then
   case "$cuda" in 12) extras="${extras:+$extras,}cuda12" ;; 13|14) extras="${extras:+$extras,}cuda13" ;; esac
@@ -33,7 +37,11 @@ fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 echo "installing mvs-pipeline$([ -n "$extras" ] && echo "[$extras]") into $venv ..."
-"$venv/bin/python" -m pip install -q -e "$spec" 2>&1 | grep -v '^WARNING' || true
+if ! { [ -x "$venv/bin/uv" ] && "$venv/bin/uv" pip install -q --python "$venv/bin/python" -e "$spec"; }; then
+  [ -x "$venv/bin/uv" ] && echo "uv could not install; using pip" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING' || true
+  "$venv/bin/python" -m pip install -q -e "$spec" 2>&1 | grep -v '^WARNING' || true
+fi
 "$venv/bin/python" -c 'import mvs_pipeline, open3d, pycolmap' || { echo "error: install check failed" >&2; exit 1; }
 # Precompile the kernels for this machine's GPU when nvcc is here too (otherwise CuPy compiles
 # them with NVRTC at first use, ~15 s on a fresh machine); `mvs-pipeline doctor` shows the result.
