@@ -43,10 +43,18 @@ def _import_local_cuda_cluster():
     return LocalCUDACluster
 
 
+def _dask_logs_at_debug_only() -> None:
+    """distributed's config sets its loggers to INFO, which passes a -q run's WARNING: ~20 lines
+    of scheduler, nanny and client chatter per run. They show with -v only; its warnings always."""
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
 @contextlib.contextmanager
 def open_client(cfg: ClusterConfig):
     """A `distributed.Client` for `cfg` (kind != none), closed (and a local cluster shut down) on exit."""
     distributed = _import_distributed()
+    _dask_logs_at_debug_only()
     with contextlib.ExitStack() as stack:
         if cfg.kind == "local":
             # the scheduler's HTTP server on a free port: two runs at once must not fight over 8787

@@ -222,6 +222,22 @@ def test_local_workers_share_the_cores_unless_pinned(monkeypatch):
         assert list(client.run(numba_threads).values()) == [str(cores)]   # pinned, at most the machine's
 
 
+def test_dask_logs_only_its_warnings_unless_verbose(scene, tmp_path):
+    """The command's own output on --cluster: Dask's INFO lines (scheduler, nanny, client) show with
+    -v only. In a fresh interpreter, where the CLI configures logging itself (not pytest)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "mvs_pipeline", "run", str(scene), "-o", str(tmp_path / "out"), *FAST,
+               "--stages", "load,views,depth", "--cluster", "local", "--set", "cluster.workers=1"]
+    quiet = subprocess.run([*command[:3], "-q", *command[3:]], capture_output=True, text=True, env=env, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "distributed" not in quiet.stderr and "INFO" not in quiet.stderr
+    verbose = subprocess.run([*command[:3], "-v", *command[3:], "--overwrite"], capture_output=True, text=True,
+                             env=env, timeout=600)
+    assert verbose.returncode == 0, verbose.stderr
+    assert "INFO distributed.scheduler" in verbose.stderr   # -v: Dask's own lines too
+    assert "INFO mvs_pipeline.cluster.client: cluster: local, 1 worker(s)" in verbose.stderr
+
+
 def test_cluster_options_fail_in_one_line(scene, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["-q", "run", str(scene), "-o", str(out), "--cluster", "lokal"]) != 0
