@@ -56,6 +56,9 @@ class RunContext:
     counts: dict = field(default_factory=dict)
     auto: list | None = None  # config/auto.py's AutoValues once cfg's `auto` keys are resolved (resolve_auto)
     masks_checked: bool = False  # the mask folders' files against the prepared images (_check_masks_once)
+    # called as the depth stage starts (ctx, stages), returns what ends it at the end of the run (or
+    # None): commands/run.py compiles the later stages' CPU twins in the background (compile_ahead.py)
+    before_depth: Callable | None = None
 
     def require_scene(self):
         if self.scene is None:
@@ -242,7 +245,8 @@ def _resolve_auto(ctx: RunContext) -> None:
         write_resolved_config(ctx)
 
 
-def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str]) -> None:
+def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str],
+                stack: contextlib.ExitStack) -> None:
     try:
         for name in stages:
             t0 = time.perf_counter()
@@ -250,6 +254,10 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             if name != "load":  # the stages after load read the resolved values (the views stage's own run too)
                 _resolve_auto(ctx)
                 _check_masks_once(ctx, stages)
+            if name == "depth" and ctx.before_depth is not None:
+                end = ctx.before_depth(ctx, stages)
+                if end is not None:
+                    stack.callback(end)
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
@@ -330,7 +338,7 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
             if ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth"):
                 ctx.start_cluster()   # now, so that it starts while load and views run here
             # else the depth stage starts it only if a changed input or key leaves maps to compute
-        _run_stages(ctx, stages, timings, gpu_peaks, done)
+        _run_stages(ctx, stages, timings, gpu_peaks, done, stack)
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
               "stage_unix_times": ctx.stage_unix_times, "counts": ctx.counts,

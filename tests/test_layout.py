@@ -25,6 +25,7 @@ LAYERS = [
     ("config",),
     ("fingerprints", "output_space"),
     ("pipeline",),
+    ("compile_ahead",),
     ("commands",),
     ("cli",),
     ("__main__",),

@@ -8,9 +8,11 @@ import json
 import logging
 from pathlib import Path
 
+from .. import compile_ahead
 from ..cluster.params import from_cli as cluster_from_cli
 from ..config.loader import load_config
 from ..errors import MVSError
+from ..evaluation.stage import find_gt_mlp
 from ..pipeline import ALL_STAGES, RunContext, parse_stages, run_pipeline
 from .common import add_config_args
 
@@ -40,6 +42,21 @@ def register(sub) -> None:
     p.set_defaults(func=main)
 
 
+def _compile_later_stages_ahead(ctx: RunContext, stages: list[str]):
+    """On the CPU backend in one process, the later stages' twins compile in the background while
+    the depth stage compiles and runs (compile_ahead.py); returns what stops that at the end of the run."""
+    if ctx.backend != "cpu" or ctx.cluster_wanted:
+        return None
+    scans = ctx.gt is not None or find_gt_mlp(ctx.workspace) is not None
+    process = compile_ahead.start(ctx.out_dir / "config.resolved.yaml", stages, evaluate_clouds=scans)
+
+    def end() -> None:
+        compile_ahead.stop(process)
+        if ctx.counts.get("depth_view_passes_computed"):   # the depth twin ran here, so it is cached now
+            compile_ahead.record("depth")
+    return end
+
+
 def main(args: argparse.Namespace) -> int:
     if args.resume_only and args.overwrite:
         raise MVSError("--resume-only and --overwrite contradict each other: give one of them")
@@ -47,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(cfg, cluster=cluster_from_cli(args.cluster, cfg.cluster))
     ctx = RunContext(cfg=cfg, workspace=args.workspace, out_dir=args.out, overwrite=args.overwrite,
                      progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt,
-                     resume_only=args.resume_only)
+                     resume_only=args.resume_only, before_depth=_compile_later_stages_ahead)
     record = run_pipeline(ctx, parse_stages(args.stages))
     if not args.quiet:
         print(f"outputs in {args.out}")

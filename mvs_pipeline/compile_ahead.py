@@ -1,0 +1,146 @@
+"""Compile the CPU twins of the stages after depth in a background process, while the depth stage
+compiles its own (issue #15 item 5: the first run on a machine without a GPU).
+
+Numba compiles a function the first time it is called and keeps the machine code in its on-disk
+cache. On a fresh install the CPU backend's first run compiles the PatchMatch twin in the depth
+stage (~18 s on one core) and later the twins of fusion, sampling and evaluation (~14 s, one core
+too): on a 2-core machine the other core waits through both. `start` runs this module as
+`python -m mvs_pipeline.compile_ahead CONFIG STAGE...` beside the depth stage: it renders a tiny
+synthetic scene, writes its true depth and normal maps where the depth stage would, and runs the
+later stages on it with the run's resolved config, so every twin they call is compiled with the
+argument types of the real run and cached; the run's own stages then load them (~0.1 s each).
+A marker next to Numba's cache (keyed by the package's sources, Numba and Python) lists what is
+compiled: the stages this compiled, and "depth" once a run computed depth maps on the CPU. With
+"depth" listed nothing starts: the depth stage then compiles nothing and leaves no core idle, and
+a later stage a config change sends down another path compiles in the run as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PACKAGE = Path(__file__).resolve().parent
+LATER_STAGES = ("fusion", "sampling", "evaluate")
+# the tiny scene: 4 views so that every view has sources and fusion finds agreeing neighbours
+_VIEWS, _WIDTH, _HEIGHT, _SCAN_POINTS = 4, 64, 48, 20_000
+_POOL_VOXEL_M = 0.005   # m: a few fused points per voxel on the tiny object scene
+
+
+def _marker() -> Path | None:
+    """The file listing what is compiled and cached for this code (stages, and "scans" for the
+    cloud scores); None where Numba's cache folder for the package is not writable."""
+    import numba  # noqa: PLC0415
+
+    folder = Path(os.environ["NUMBA_CACHE_DIR"]) if os.environ.get("NUMBA_CACHE_DIR") else PACKAGE / "__pycache__"
+    digest = hashlib.sha1(f"{numba.__version__} {sys.version}".encode())
+    for path in sorted(PACKAGE.rglob("*.py")):   # any edited source may change a twin
+        st = path.stat()
+        digest.update(f"{path.relative_to(PACKAGE)} {st.st_mtime_ns} {st.st_size}\n".encode())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder / f"mvs-pipeline-compiled-{digest.hexdigest()[:16]}" if os.access(folder, os.W_OK) else None
+
+
+def _compiled(marker: Path | None) -> set[str]:
+    try:
+        return set(marker.read_text().split()) if marker is not None else set()
+    except OSError:
+        return set()
+
+
+def record(*items: str) -> None:
+    """Add `items` (stage names, "scans") to what the marker lists as compiled and cached."""
+    marker = _marker()
+    if marker is not None:
+        try:
+            marker.write_text(" ".join(sorted(_compiled(marker) | set(items))) + "\n")
+        except OSError:
+            pass
+
+
+def start(config_path: Path, stages: list[str], evaluate_clouds: bool) -> subprocess.Popen | None:
+    """Start compiling the twins of the `stages` after depth in the background (None: nothing to do).
+    `evaluate_clouds`: the evaluate stage will score clouds against scans (else only depth maps).
+    Once the depth twin is cached ("depth" recorded) the depth stage compiles nothing and leaves no
+    core idle, so the later stages compile in the run itself as before."""
+    wanted = [s for s in stages if s in LATER_STAGES] + (["scans"] if evaluate_clouds and "evaluate" in stages else [])
+    compiled = _compiled(_marker())
+    if not wanted or "depth" in compiled or set(wanted) <= compiled:
+        return None
+    command = [sys.executable, "-m", "mvs_pipeline.compile_ahead", str(config_path), *wanted]
+    log.debug("compiling the CPU twins of %s in the background: %s", ", ".join(wanted), " ".join(command))
+    # its own output would land among the run's progress bars; a failure only means the run compiles them itself
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    """End a compile that is still running when the run ends (Numba writes each cache entry whole)."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait()
+
+
+def _write_true_maps(scene_dir: Path, out_dir: Path) -> None:
+    """The scene's true depth and normal maps as the depth stage's final (geometric) maps."""
+    import numpy as np  # noqa: PLC0415
+
+    from .io.colmap_maps import write_depth_map, write_normal_map  # noqa: PLC0415
+
+    for depth_file in sorted((scene_dir / "gt" / "depth").glob("*.npy")):
+        name = f"{depth_file.stem}.png"
+        depth = np.load(depth_file).astype(np.float32)
+        normal = np.load(scene_dir / "gt" / "normal" / depth_file.name).astype(np.float32)
+        write_depth_map(out_dir / "stereo" / "depth_maps" / f"{name}.geometric.bin", depth, durable=False)
+        write_normal_map(out_dir / "stereo" / "normal_maps" / f"{name}.geometric.bin", normal, durable=False)
+        write_depth_map(out_dir / "stereo" / "cost_maps" / f"{name}.geometric.bin", np.zeros_like(depth),
+                        durable=False)
+
+
+def compile_later_stages(config_path: Path, stages: list[str], scans: bool) -> None:
+    """Run `stages` (of LATER_STAGES) with the config at `config_path` on a tiny synthetic scene."""
+    from .config.loader import load_config  # noqa: PLC0415
+    from .pipeline import RunContext, run_pipeline  # noqa: PLC0415
+    from .synth.generate import generate_scene  # noqa: PLC0415
+
+    # the run's resolved values, on the CPU; masks belong to the run's images, the report is matplotlib's
+    overrides = ["backend=cpu", "fusion.mask_dir=null", "evaluate.mask_dir=null", "evaluate.report=false"]
+    cfg = load_config(config_path, overrides)
+    if cfg.sampling.pre_pool_voxel_size is None and cfg.sampling.pre_pool_spacing is not None:
+        # pooling by spacing: the tiny scene's cloud has a median spacing of 0 (with 2 agreeing views a
+        # pixel pair fuses into the same point from both sides), which skips the pooling: pool by size
+        cfg = load_config(config_path, [*overrides, f"sampling.pre_pool_voxel_size={_POOL_VOXEL_M}"])
+    with tempfile.TemporaryDirectory(prefix="mvs_compile_ahead_") as tmp:
+        scene = generate_scene("object", Path(tmp) / "scene", views=_VIEWS, width=_WIDTH, height=_HEIGHT, seed=0,
+                               scans=scans, max_scan_points=_SCAN_POINTS)
+        out = Path(tmp) / "out"
+        run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False),
+                     ["load", "views"])
+        _write_true_maps(scene, out)
+        run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False), stages)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m mvs_pipeline.compile_ahead CONFIG STAGE... [scans]`"""
+    os.nice(10)   # the run's own work first: this only fills a core the run leaves idle
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))   # stop(): the temporary scene is removed
+    config_path, wanted = Path(argv[0]), argv[1:]
+    logging.basicConfig(level=logging.ERROR)
+    compile_later_stages(config_path, [s for s in wanted if s in LATER_STAGES], "scans" in wanted)
+    record(*wanted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""compile_ahead.py: the later stages' CPU twins compiled in a background process on a tiny scene
+are the ones the real stages then load from Numba's cache (no compile of their own), and `run`
+starts that only where it fills an idle core (CPU backend, depth twin not yet cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from mvs_pipeline import compile_ahead
+from mvs_pipeline.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set", "depth.geometric_passes=1",
+        "--set", "depth.multi_scale=false"]
+
+# In a fresh interpreter: the later stages on OUT, then the Numba dispatchers they used, with how
+# many of their compiles came from the cache (hits) and how many compiled here (misses).
+COUNT_COMPILES = """
+import json, sys
+from pathlib import Path
+import numba
+from mvs_pipeline.config.loader import load_config
+from mvs_pipeline.pipeline import RunContext, run_pipeline
+workspace, out = Path(sys.argv[1]), Path(sys.argv[2])
+cfg = load_config(out / "config.resolved.yaml")
+run_pipeline(RunContext(cfg=cfg, workspace=workspace, out_dir=out, overwrite=True, progress=False),
+             ["fusion", "sampling", "evaluate"])
+hits, misses = {}, {}
+for name, module in list(sys.modules.items()):
+    if not name.startswith("mvs_pipeline"):
+        continue
+    for attr, obj in vars(module).items():
+        if isinstance(obj, numba.core.registry.CPUDispatcher) and obj.signatures:
+            key = f"{name}.{attr}"
+            hits[key] = sum(obj.stats.cache_hits.values())
+            misses[key] = sum(obj.stats.cache_misses.values())
+print(json.dumps({"hits": hits, "misses": misses}))
+"""
+
+
+def _env(cache: Path) -> dict:
+    return {**os.environ, "NUMBA_CACHE_DIR": str(cache),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.slow   # compiles the twins of three stages into an empty cache: ~20 s on 2 cores
+def test_the_twins_compiled_ahead_are_the_ones_the_stages_load(synth_scene_factory, tmp_path):
+    scene = synth_scene_factory("object", views=4, width=96, height=72)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views,depth"]) == 0
+    cache = tmp_path / "numba-cache"
+    ahead = subprocess.run([sys.executable, "-m", "mvs_pipeline.compile_ahead", str(out / "config.resolved.yaml"),
+                            "fusion", "sampling", "evaluate", "scans"], env=_env(cache), capture_output=True,
+                           text=True, timeout=600)
+    assert ahead.returncode == 0, ahead.stderr
+    markers = list(cache.glob("mvs-pipeline-compiled-*"))
+    assert len(markers) == 1 and markers[0].read_text().split() == ["evaluate", "fusion", "sampling", "scans"]
+    assert not list(Path(tempfile.gettempdir()).glob("mvs_compile_ahead_*"))   # its tiny scene is removed
+    stages = subprocess.run([sys.executable, "-c", COUNT_COMPILES, str(scene), str(out)], env=_env(cache),
+                            capture_output=True, text=True, timeout=600)
+    assert stages.returncode == 0, stages.stderr
+    counts = json.loads(stages.stdout.strip().splitlines()[-1])
+    compiled_here = {k: v for k, v in counts["misses"].items() if v}
+    assert compiled_here == {}   # every twin the three stages called came from the cache
+    used = {k for k, v in counts["hits"].items() if v}
+    # the stages' own twins were among them, not only helpers
+    for package in ("fusion", "sampling", "evaluation"):
+        assert any(k.startswith(f"mvs_pipeline.{package}.") for k in used), (package, sorted(used))
+    assert (out / "fused.ply").is_file() and json.loads((out / "run.json").read_text())["counts"]["fused_points"] > 0
+
+
+def test_run_compiles_ahead_only_while_the_depth_twin_is_uncached(synth_scene_factory, tmp_path, monkeypatch):
+    """`run` on the CPU asks compile_ahead.start as the depth stage starts, with the resolved config
+    and the stages after depth; a run that computed depth maps records "depth", after which start
+    finds nothing to fill."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-cache"))   # where the marker goes
+    scene = synth_scene_factory("object", views=4, width=96, height=72)
+    calls = []
+    real_start = compile_ahead.start
+
+    def recorded_start(config_path, stages, evaluate_clouds):
+        calls.append((Path(config_path).is_file(), list(stages), evaluate_clouds))
+        return None
+
+    monkeypatch.setattr(compile_ahead, "start", recorded_start)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views,depth,fusion"]) == 0
+    assert calls == [(True, ["load", "views", "depth", "fusion"], True)]   # synth scenes have scans
+    monkeypatch.setattr(compile_ahead, "start", real_start)
+    assert compile_ahead._compiled(compile_ahead._marker()) == {"depth"}
+    assert compile_ahead.start(out / "config.resolved.yaml", ["fusion", "sampling", "evaluate"], True) is None
+
+
+def test_start_asks_only_for_what_is_not_compiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    started = []
+    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or "process")
+    config = tmp_path / "config.resolved.yaml"
+    assert compile_ahead.start(config, ["load", "views", "depth"], True) is None   # nothing after depth
+    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], False) == "process"
+    assert started[-1][-3:] == [str(config), "fusion", "evaluate"]
+    compile_ahead.record("fusion", "evaluate")
+    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], False) is None   # compiled already
+    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], True) == "process"   # the scans' scoring not
+    assert started[-1][-4:] == [str(config), "fusion", "evaluate", "scans"]
+    compile_ahead.record("depth")
+    assert compile_ahead.start(config, ["depth", "sampling"], True) is None   # no idle core to fill any more
+    assert len(started) == 2
