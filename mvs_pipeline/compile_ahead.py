@@ -37,19 +37,23 @@ _POOL_VOXEL_M = 0.005   # m: a few fused points per voxel on the tiny object sce
 
 def _marker() -> Path | None:
     """The file listing what is compiled and cached for this code (stages, and "scans" for the
-    cloud scores); None where Numba's cache folder for the package is not writable."""
+    cloud scores), in Numba's cache folder for the package (NUMBA_CACHE_DIR, else the package's
+    __pycache__), or where Numba then caches, the user's cache folder; None if neither is writable."""
     import numba  # noqa: PLC0415
 
-    folder = Path(os.environ["NUMBA_CACHE_DIR"]) if os.environ.get("NUMBA_CACHE_DIR") else PACKAGE / "__pycache__"
     digest = hashlib.sha1(f"{numba.__version__} {sys.version}".encode())
     for path in sorted(PACKAGE.rglob("*.py")):   # any edited source may change a twin
         st = path.stat()
         digest.update(f"{path.relative_to(PACKAGE)} {st.st_mtime_ns} {st.st_size}\n".encode())
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return folder / f"mvs-pipeline-compiled-{digest.hexdigest()[:16]}" if os.access(folder, os.W_OK) else None
+    own = Path(os.environ["NUMBA_CACHE_DIR"]) if os.environ.get("NUMBA_CACHE_DIR") else PACKAGE / "__pycache__"
+    for folder in (own, Path.home() / ".cache" / "mvs-pipeline"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return folder / f"mvs-pipeline-compiled-{digest.hexdigest()[:16]}"
+    return None
 
 
 def _compiled(marker: Path | None) -> set[str]:
