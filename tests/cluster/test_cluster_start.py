@@ -47,3 +47,18 @@ def test_a_failed_start_is_raised_where_the_client_is_needed(monkeypatch):
     with pytest.raises(MVSError, match="cannot reach the Dask scheduler"):
         start.client()
     start.close()   # nothing was opened: nothing to shut down, no second error
+
+
+def test_a_missing_package_is_reported_before_the_start(monkeypatch):
+    """Only looked up at once (importing dask_cuda takes ~1.4 s, which the start's thread pays)."""
+    real_find_spec = cluster_client.importlib.util.find_spec
+    monkeypatch.setattr(cluster_client.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "dask_cuda" else real_find_spec(name, *a))
+    opened = []
+    monkeypatch.setattr(cluster_client, "open_client", lambda cfg: opened.append(cfg))
+    with pytest.raises(MVSError, match=r"local-cuda needs dask-cuda \(it is not installed\); install the "
+                                       r"cluster-cuda extra"):
+        cluster_client.ClusterStart(ClusterConfig(kind="local-cuda"))
+    assert opened == []   # no thread was started
+    cluster_client.ClusterStart(ClusterConfig(kind="local", workers=1)).close()   # local needs no dask_cuda
+    assert len(opened) == 1
