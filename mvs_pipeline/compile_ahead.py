@@ -90,9 +90,16 @@ def start(config_path: Path, stages: list[str], evaluate_clouds: bool) -> subpro
 
 
 def stop(process: subprocess.Popen | None) -> None:
-    """End a compile that is still running when the run ends (Numba writes each cache entry whole)."""
-    if process is not None and process.poll() is None:
-        process.terminate()
+    """End a compile that is still running when the run ends (Numba writes each cache entry whole).
+    SIGINT, not SIGTERM: pycolmap's glog handles SIGTERM by aborting with a C stack trace, which
+    leaves the temporary scene behind."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
         process.wait()
 
 
@@ -137,11 +144,19 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool) -> N
 
 def main(argv: list[str]) -> int:
     """`python -m mvs_pipeline.compile_ahead CONFIG STAGE... [scans]`"""
+    # a run started in the background of a non-interactive shell passes SIGINT on ignored: stop() needs it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from .interrupts import interrupt_handling  # noqa: PLC0415
+
     os.nice(10)   # the run's own work first: this only fills a core the run leaves idle
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))   # stop(): the temporary scene is removed
     config_path, wanted = Path(argv[0]), argv[1:]
     logging.basicConfig(level=logging.ERROR)
-    compile_later_stages(config_path, [s for s in wanted if s in LATER_STAGES], "scans" in wanted)
+    # SIGINT (stop(), Ctrl-C) and SIGTERM as exceptions: the temporary scene is removed on the way out
+    try:
+        with interrupt_handling():
+            compile_later_stages(config_path, [s for s in wanted if s in LATER_STAGES], "scans" in wanted)
+    except KeyboardInterrupt:
+        return 1
     record(*wanted)
     return 0
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,22 @@ def test_start_asks_only_for_what_is_not_compiled(tmp_path, monkeypatch):
     compile_ahead.record("depth")
     assert compile_ahead.start(config, ["depth", "sampling"], True) is None   # no idle core to fill any more
     assert len(started) == 2
+
+
+@pytest.mark.parametrize("after_s", [1.0, 4.0])
+def test_stop_ends_the_compile_and_removes_its_scene(synth_scene_factory, tmp_path, after_s):
+    """stop() while the background compile renders or runs its tiny scene: it ends within seconds
+    and leaves no temporary folder (pycolmap's handler of SIGTERM would abort it with a C stack)."""
+    scene = synth_scene_factory("object", views=4, width=96, height=72)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views"]) == 0
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**_env(tmp_path / "numba-cache"), "TMPDIR": str(temp)}
+    process = subprocess.Popen([sys.executable, "-m", "mvs_pipeline.compile_ahead", str(out / "config.resolved.yaml"),
+                                "fusion", "sampling", "evaluate", "scans"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)
+    compile_ahead.stop(process)
+    assert process.returncode in (1, 0), process.stderr.read()   # 1: interrupted; 0: it had finished
+    assert list(temp.iterdir()) == []
