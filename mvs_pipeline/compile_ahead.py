@@ -17,6 +17,7 @@ a later stage a config change sends down another path compiles in the run as bef
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -126,12 +127,12 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool) -> N
     from .synth.generate import generate_scene  # noqa: PLC0415
 
     # the run's resolved values, on the CPU; masks belong to the run's images, the report is matplotlib's
-    overrides = ["backend=cpu", "fusion.mask_dir=null", "evaluate.mask_dir=null", "evaluate.report=false"]
-    cfg = load_config(config_path, overrides)
+    cfg = load_config(config_path, ["backend=cpu", "fusion.mask_dir=null", "evaluate.mask_dir=null",
+                                    "evaluate.report=false"])
     if cfg.sampling.pre_pool_voxel_size is None and cfg.sampling.pre_pool_spacing is not None:
         # pooling by spacing: the tiny scene's cloud has a median spacing of 0 (with 2 agreeing views a
         # pixel pair fuses into the same point from both sides), which skips the pooling: pool by size
-        cfg = load_config(config_path, [*overrides, f"sampling.pre_pool_voxel_size={_POOL_VOXEL_M}"])
+        cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, pre_pool_voxel_size=_POOL_VOXEL_M))
     with tempfile.TemporaryDirectory(prefix="mvs_compile_ahead_") as tmp:
         scene = generate_scene("object", Path(tmp) / "scene", views=_VIEWS, width=_WIDTH, height=_HEIGHT, seed=0,
                                scans=scans, max_scan_points=_SCAN_POINTS)

@@ -21,8 +21,6 @@ log = logging.getLogger(__name__)
 _STATE_LOCK = threading.Lock()   # worker threads of one process share the state table
 _STATE_ATTR = "_mvs_pipeline_state"   # the state table's attribute on a dask Worker
 INSTALL_HINT = "install the cluster extra: pip install 'mvs-pipeline[cluster]'"
-
-
 CUDA_INSTALL_HINT = "install the cluster-cuda extra: pip install 'mvs-pipeline[cluster-cuda]'"
 
 
