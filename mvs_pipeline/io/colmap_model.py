@@ -34,12 +34,30 @@ _PARAMS_BY_NAME = {name: k for name, k in CAMERA_MODELS.values()}
 
 
 @dataclass
+class ModelPoints:
+    """The sparse points of a model as flat arrays (in file order), read once for the check and
+    for the Scene: a per-point loop through pycolmap took ~5 s at 200 views with long tracks."""
+    point_ids: np.ndarray  # [P] int64
+    xyz: np.ndarray  # [P, 3] float64
+    rgb: np.ndarray  # [P, 3] uint8
+    track_lengths: np.ndarray  # [P] int64
+    track_image_ids: np.ndarray  # [T] int64, point p's elements after sum(track_lengths[:p])
+    track_point2d: np.ndarray  # [T] int64, keypoint index of each element
+
+    @staticmethod
+    def from_lists(point_ids, xyz, rgb, image_ids: list, point2d: list) -> "ModelPoints":
+        """From per-point lists (the text reader, in-memory pycolmap models)."""
+        lengths = np.array([len(t) for t in image_ids], dtype=np.int64)
+        flat = (lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64))
+        return ModelPoints(np.asarray(point_ids, np.int64).reshape(-1), np.asarray(xyz, np.float64).reshape(-1, 3),
+                           np.asarray(rgb, np.uint8).reshape(-1, 3), lengths, flat(image_ids), flat(point2d))
+
+
+@dataclass
 class _Model:
     cameras: set = field(default_factory=set)
     points2d_per_image: dict = field(default_factory=dict)  # image_id -> number of keypoints
-    track_image_ids: list = field(default_factory=list)  # per point: [t] image ids
-    track_point2d: list = field(default_factory=list)  # per point: [t] keypoint indices
-    point_ids: list = field(default_factory=list)
+    points: ModelPoints | None = None
 
 
 class _Reader:
@@ -51,19 +69,21 @@ class _Reader:
         self.pos = 0
         self.record = "the header"
 
+    def truncated(self) -> MVSError:
+        return MVSError(f"{self.path}: truncated COLMAP {self.what} file ({len(self.data)} bytes end inside "
+                        f"{self.record})")
+
     def take(self, fmt: str) -> tuple:
         size = struct.calcsize(fmt)
         if self.pos + size > len(self.data):
-            raise MVSError(f"{self.path}: truncated COLMAP {self.what} file ({len(self.data)} bytes end inside "
-                           f"{self.record})")
+            raise self.truncated()
         values = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += size
         return values
 
     def skip(self, size: int) -> None:
         if self.pos + size > len(self.data):
-            raise MVSError(f"{self.path}: truncated COLMAP {self.what} file ({len(self.data)} bytes end inside "
-                           f"{self.record})")
+            raise self.truncated()
         self.pos += size
 
     def name(self) -> str:
@@ -129,21 +149,50 @@ def _read_binary(folder: Path) -> _Model:
         model.points2d_per_image[image_id] = m
     r.finish(n)
 
-    r = _Reader(folder / "points3D.bin", "points3D")
-    n = _count(r, 51)
-    for k in range(n):
-        r.record = f"point record {k + 1}"
-        point_id = r.take("<Q")[0]
-        r.skip(24 + 3 + 8)
-        (t,) = r.take("<Q")
-        start = r.pos
-        r.skip(8 * t)
-        track = np.frombuffer(r.data, dtype="<u4", count=2 * t, offset=start).reshape(-1, 2)
-        model.point_ids.append(point_id)
-        model.track_image_ids.append(track[:, 0])
-        model.track_point2d.append(track[:, 1])
-    r.finish(n)
+    model.points = _read_points_binary(_Reader(folder / "points3D.bin", "points3D"))
     return model
+
+
+GATHER_CHUNK = 4_000_000  # elements per vectorised gather (bounds the index temporaries to ~130 MB)
+
+
+def _gather(u8: np.ndarray, offsets: np.ndarray, nbytes: int, dtype: str) -> np.ndarray:
+    """The values of `dtype` (nbytes each) at byte `offsets` of an unaligned buffer, [len(offsets)]."""
+    out = np.empty(len(offsets), dtype=np.dtype(dtype).newbyteorder("<"))
+    for a in range(0, len(offsets), GATHER_CHUNK):
+        idx = offsets[a:a + GATHER_CHUNK, None] + np.arange(nbytes)
+        out[a:a + GATHER_CHUNK] = u8[idx].view(out.dtype).reshape(-1)
+    return out
+
+
+def _read_points_binary(r: _Reader) -> ModelPoints:
+    """One Python step per point (its track length locates the next record); the fields and the
+    track elements are then gathered with NumPy."""
+    n = _count(r, 51)
+    data, pos, end = r.data, r.pos, len(r.data)
+    starts = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    unpack = struct.Struct("<Q").unpack_from
+    for k in range(n):
+        if pos + 51 > end:
+            r.record = f"point record {k + 1}"
+            raise r.truncated()
+        t = unpack(data, pos + 43)[0]
+        starts[k], lengths[k] = pos, t
+        pos += 51 + 8 * t
+        if pos > end:
+            r.record = f"point record {k + 1}"
+            raise r.truncated()
+    r.pos = pos
+    r.finish(n)
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    # element e of point p sits at starts[p] + 51 + 8 (e - first element of p)
+    element_starts = np.repeat(starts + 51 - 8 * (np.cumsum(lengths) - lengths), lengths) + 8 * np.arange(lengths.sum())
+    return ModelPoints(_gather(u8, starts, 8, "u8").astype(np.int64),
+                       _gather(u8, np.repeat(starts + 8, 3) + np.tile([0, 8, 16], n), 8, "f8").reshape(-1, 3),
+                       u8[starts[:, None] + 32 + np.arange(3)].reshape(-1, 3), lengths,
+                       _gather(u8, element_starts, 4, "u4").astype(np.int64),
+                       _gather(u8, element_starts + 4, 4, "u4").astype(np.int64))
 
 
 def _lines(path: Path):
@@ -202,27 +251,30 @@ def _read_text(folder: Path) -> _Model:
         model.points2d_per_image[image_id] = len(points) // 3
 
     path = folder / "points3D.txt"
+    ids, xyz, rgb, image_ids, point2d = [], [], [], [], []
     for no, line in _lines(path):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         tok = line.split()
         if len(tok) < 8 or (len(tok) - 8) % 2:
             raise MVSError(f"{path}: line {no} is not 'POINT3D_ID X Y Z R G B ERROR (IMAGE_ID POINT2D_IDX)...'")
-        _numbers(path, no, tok[1:8])
+        values = _numbers(path, no, tok[1:8])
         track = np.asarray(_numbers(path, no, tok[8:], int), dtype=np.int64).reshape(-1, 2)
-        model.point_ids.append(int(tok[0]))
-        model.track_image_ids.append(track[:, 0])
-        model.track_point2d.append(track[:, 1])
+        ids.append(int(tok[0]))
+        xyz.append(values[:3])
+        rgb.append(values[3:6])
+        image_ids.append(track[:, 0])
+        point2d.append(track[:, 1])
+    model.points = ModelPoints.from_lists(ids, xyz, rgb, image_ids, point2d)
     return model
 
 
 def _check_tracks(model: _Model, path: Path) -> None:
     """Every track element names an existing image and one of its keypoints."""
-    if not model.point_ids:
+    pts = model.points
+    if not len(pts.point_ids):
         return
-    lengths = np.array([len(t) for t in model.track_image_ids])
-    image_ids = np.concatenate(model.track_image_ids).astype(np.int64)
-    point2d = np.concatenate(model.track_point2d).astype(np.int64)
+    image_ids, point2d = pts.track_image_ids, pts.track_point2d
     known = np.array(sorted(model.points2d_per_image), dtype=np.int64)
     counts = np.array([model.points2d_per_image[i] for i in known], dtype=np.int64)
     pos = np.clip(np.searchsorted(known, image_ids), 0, max(len(known) - 1, 0))
@@ -230,16 +282,17 @@ def _check_tracks(model: _Model, path: Path) -> None:
     bad = ~exists | (point2d >= np.where(exists, counts[pos] if len(known) else 0, 0))
     if bad.any():
         e = int(np.flatnonzero(bad)[0])
-        point_id = model.point_ids[int(np.searchsorted(np.cumsum(lengths), e, side="right"))]
+        point_id = pts.point_ids[int(np.searchsorted(np.cumsum(pts.track_lengths), e, side="right"))]
         what = (f"keypoint {point2d[e]} of image_id {image_ids[e]}, which has {counts[pos[e]]}" if exists[e]
                 else f"image_id {image_ids[e]}, which the images file does not define")
         raise MVSError(f"{path}: point3D_id {point_id} is observed in {what} ({int(bad.sum())} such observation(s))")
 
 
-def check_model_files(folder: str | Path) -> None:
+def check_model_files(folder: str | Path) -> ModelPoints:
     """Raise MVSError naming the file if the model in `folder` (.bin preferred, as pycolmap) is
-    truncated, corrupt or inconsistent; does nothing for a sound model."""
+    truncated, corrupt or inconsistent; a sound model's sparse points as arrays."""
     folder = Path(folder)
     binary = all((folder / f"{n}.bin").is_file() for n in ("cameras", "images", "points3D"))
     model = _read_binary(folder) if binary else _read_text(folder)
     _check_tracks(model, folder / ("points3D.bin" if binary else "points3D.txt"))
+    return model.points

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from ..errors import MVSError
 from ..io.image_size import rescaled_size
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
-from .workspace import (WorkspaceLayout, detect_layout, has_model, read_reconstruction, read_scene,
+from .workspace import (WorkspaceLayout, detect_layout, has_model, read_model, read_scene,
                         scene_from_reconstruction)
 
 log = logging.getLogger(__name__)
@@ -161,8 +161,8 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
         overwrite = True
     layout = check_workspace(workspace, out_dir, images, sparse, overwrite)
     log.info("load: %s layout, images %s, model %s", layout.kind, layout.images_dir, layout.sparse_dir)
-    rec = read_reconstruction(layout.sparse_dir)
-    scene = scene_from_reconstruction(rec, layout.images_dir, layout.sparse_dir)
+    rec, points = read_model(layout.sparse_dir)
+    scene = scene_from_reconstruction(rec, layout.images_dir, layout.sparse_dir, points)
     check_images(scene, progress)
     for view in scene.views:
         check_intrinsics(view.K, f"{layout.sparse_dir}: image '{view.name}'")

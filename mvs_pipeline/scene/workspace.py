@@ -20,7 +20,7 @@ import numpy as np
 import pycolmap
 
 from ..errors import MVSError
-from ..io.colmap_model import check_model_files
+from ..io.colmap_model import ModelPoints, check_model_files
 from .scene import Scene, View
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,13 @@ def detect_layout(workspace: Path, images: Path | None = None, sparse: Path | No
     raise MVSError(f"{workspace}: no COLMAP model in 'sparse/' or 'sparse/0/'")
 
 
-def read_reconstruction(sparse_dir: Path) -> pycolmap.Reconstruction:
-    """Read a binary or text model; a corrupt model raises naming the file (io/colmap_model.py),
-    an empty one naming the folder."""
+def read_model(sparse_dir: Path) -> tuple[pycolmap.Reconstruction, ModelPoints]:
+    """Read a binary or text model and its sparse points as arrays; a corrupt model raises naming
+    the file (io/colmap_model.py), an empty one naming the folder."""
     sparse_dir = Path(sparse_dir)
     if not has_model(sparse_dir):
         raise MVSError(f"{sparse_dir}: no COLMAP model (cameras/images/points3D .bin or .txt)")
-    check_model_files(sparse_dir)
+    points = check_model_files(sparse_dir)
     try:
         rec = pycolmap.Reconstruction(str(sparse_dir))
     except Exception as exc:  # pycolmap raises ValueError/RuntimeError; its C++ text means nothing to users
@@ -98,11 +98,29 @@ def read_reconstruction(sparse_dir: Path) -> pycolmap.Reconstruction:
                        f"points3D files are complete and consistent ({type(exc).__name__})") from exc
     if rec.num_reg_images() == 0:
         raise MVSError(f"{sparse_dir}: COLMAP model has no registered images")
-    return rec
+    return rec, points
 
 
-def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path) -> Scene:
-    """Convert to our arrays. Views are sorted by image name; checks names and counts."""
+def read_reconstruction(sparse_dir: Path) -> pycolmap.Reconstruction:
+    return read_model(sparse_dir)[0]
+
+
+def model_points_of(rec: pycolmap.Reconstruction) -> ModelPoints:
+    """The sparse points of an in-memory model (one pycolmap call per track element: slow for large
+    models, which read_model reads from the files instead)."""
+    ids = sorted(rec.point3D_ids())
+    pts = [rec.points3D[pid] for pid in ids]
+    return ModelPoints.from_lists(ids, [p.xyz for p in pts], [p.color for p in pts],
+                                  [[e.image_id for e in p.track.elements] for p in pts],
+                                  [[e.point2D_idx for e in p.track.elements] for p in pts])
+
+
+def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path,
+                              points: ModelPoints | None = None) -> Scene:
+    """Convert to our arrays (`points`: the model's points as read_model gives them; taken from
+    `rec` when None). Views are sorted by image name; checks names and counts. Points are sorted
+    by point3D_id, each track by view_idx without repeats; points no registered view sees are
+    dropped."""
     images_dir = Path(images_dir)
     reg = [rec.images[i] for i in rec.reg_image_ids()]
     if len(reg) < 2:
@@ -122,27 +140,35 @@ def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sp
             K=np.asarray(cam.calibration_matrix(), dtype=np.float64),
             R=np.ascontiguousarray(pose[:, :3], dtype=np.float64), t=np.asarray(pose[:, 3], dtype=np.float64),
         ))
-    view_idx_of_id = {v.image_id: i for i, v in enumerate(views)}
-    xyz, colors, offsets, track = [], [], [0], []
-    for pid in sorted(rec.point3D_ids()):
-        p = rec.points3D[pid]
-        obs = sorted({view_idx_of_id[e.image_id] for e in p.track.elements if e.image_id in view_idx_of_id})
-        if not obs:
-            continue
-        xyz.append(p.xyz)
-        colors.append(p.color)
-        track.extend(obs)
-        offsets.append(len(track))
-    return Scene(
-        views=views,
-        points_in_world=np.asarray(xyz, dtype=np.float64).reshape(-1, 3),
-        point_colors=np.asarray(colors, dtype=np.uint8).reshape(-1, 3),
-        track_offsets=np.asarray(offsets, dtype=np.int64),
-        track_view_idx=np.asarray(track, dtype=np.int32),
-        images_dir=images_dir, sparse_dir=Path(sparse_dir),
-    )
+    points = model_points_of(rec) if points is None else points
+    xyz, colors, offsets, track = _tracks_by_view_idx(points, np.array([v.image_id for v in views], np.int64))
+    return Scene(views=views, points_in_world=xyz, point_colors=colors, track_offsets=offsets,
+                 track_view_idx=track, images_dir=images_dir, sparse_dir=Path(sparse_dir))
+
+
+def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
+    """(xyz [P', 3], colours [P', 3], track offsets [P' + 1], view_idx per observation) of the points
+    that registered views see, in point3D_id order, each track sorted by view_idx, repeats removed."""
+    by_point_id = np.argsort(points.point_ids, kind="stable")
+    rank = np.empty(len(by_point_id), dtype=np.int64)
+    rank[by_point_id] = np.arange(len(by_point_id))
+    by_id = np.argsort(view_image_ids)
+    pos = np.clip(np.searchsorted(view_image_ids[by_id], points.track_image_ids), 0, len(by_id) - 1)
+    registered = view_image_ids[by_id][pos] == points.track_image_ids
+    view_idx = by_id[pos][registered]
+    point_rank = np.repeat(rank, points.track_lengths)[registered]
+    n = len(view_image_ids)
+    key = np.sort(point_rank * n + view_idx)  # by point rank, then view_idx
+    key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # repeats gone (np.unique hashes: 10x slower)
+    point_of_key = key // n
+    first = np.flatnonzero(np.concatenate([[True], point_of_key[1:] != point_of_key[:-1]]))[:len(key)]
+    seen_rank, lengths = point_of_key[first], np.diff(np.concatenate([first, [len(key)]]))
+    kept = by_point_id[seen_rank]
+    return (points.xyz[kept].astype(np.float64).reshape(-1, 3), points.rgb[kept].astype(np.uint8).reshape(-1, 3),
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), (key % n).astype(np.int32))
 
 
 def read_scene(images_dir: Path, sparse_dir: Path) -> Scene:
     """Read a COLMAP model + image folder into a Scene (no image pixels are read)."""
-    return scene_from_reconstruction(read_reconstruction(sparse_dir), images_dir, sparse_dir)
+    rec, points = read_model(sparse_dir)
+    return scene_from_reconstruction(rec, images_dir, sparse_dir, points)

@@ -23,13 +23,14 @@ import numpy as np
 
 from ..errors import MVSError
 from ..scene.scene import Scene
+from .pair_stats import PAIR_BUDGET, pair_stats
 from .params import ViewsConfig, auto_num_neighbors
 
 log = logging.getLogger(__name__)
 
 # The last view graph computed: (weak reference to its scene, the filter settings, neighbours,
 # scores). Resolving `auto` (config/auto.py) and the views stage both need the graph of the same
-# scene, and at 80 views it costs ~2 s (5 M point pairs sorted).
+# scene, and it costs up to ~1 s (views/pair_stats.py).
 _last_graph: tuple | None = None
 
 
@@ -54,33 +55,6 @@ class ViewSelection:
                    np.array([v["depth_range"] for v in views], dtype=np.float64).reshape(-1, 2))
 
 
-def pair_observations(scene: Scene) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All (view a, view b, triangulation angle in degrees) for a != b seeing the same point.
-
-    Tracks are grouped by length so each group is one [n, L, L] broadcast instead of a loop.
-    """
-    centers = np.stack([v.center for v in scene.views])  # [N, 3]
-    lengths = scene.track_lengths
-    a_all, b_all, ang_all = [], [], []
-    for L in np.unique(lengths):
-        if L < 2:
-            continue
-        pts = np.flatnonzero(lengths == L)
-        idx = scene.track_offsets[pts][:, None] + np.arange(L)[None, :]
-        vis = scene.track_view_idx[idx]  # [n, L]
-        rays = centers[vis] - scene.points_in_world[pts][:, None, :]  # [n, L, 3]
-        rays /= np.linalg.norm(rays, axis=2, keepdims=True)
-        cosang = np.clip(np.einsum("nid,njd->nij", rays, rays), -1.0, 1.0)
-        ii, jj = np.nonzero(~np.eye(L, dtype=bool))
-        a_all.append(vis[:, ii].ravel())
-        b_all.append(vis[:, jj].ravel())
-        ang_all.append(np.degrees(np.arccos(cosang[:, ii, jj])).ravel())
-    if not a_all:
-        empty = np.zeros(0)
-        return empty.astype(np.int64), empty.astype(np.int64), empty
-    return np.concatenate(a_all).astype(np.int64), np.concatenate(b_all).astype(np.int64), np.concatenate(ang_all)
-
-
 def angle_weight(theta: np.ndarray, cfg: ViewsConfig) -> np.ndarray:
     sigma = np.where(theta <= cfg.angle_prior, cfg.sigma_below_prior, cfg.sigma_above_prior)
     return np.exp(-((theta - cfg.angle_prior) ** 2) / (2.0 * sigma**2))
@@ -100,31 +74,16 @@ def candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], li
     return [list(c) for c in neighbors], [list(c) for c in scores]
 
 
-def pair_then_angle_order(key: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """The permutation np.lexsort((theta, key)) gives (by pair key, then angle, ties in input
-    order), from two stable sorts, the second a radix sort of the integer keys: 1.50-1.51 s instead
-    of 1.84-2.03 s for 5.2 M observations (80 views; CPU machine)."""
-    by_angle = np.argsort(theta, kind="stable")
-    return by_angle[np.argsort(key[by_angle], kind="stable")]
-
-
 def _candidate_pairs(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], list[list[float]]]:
-    n = scene.num_views
-    a, b, theta = pair_observations(scene)
-    key = a * n + b
-    order = pair_then_angle_order(key, theta)
-    key, theta_sorted = key[order], theta[order]
-    uniq, start, count = np.unique(key, return_index=True, return_counts=True)
-    weights = angle_weight(theta_sorted, cfg)
-    score = np.add.reduceat(weights, start) if len(start) else np.zeros(0)
-    p75 = theta_sorted[start + np.floor(0.75 * (count - 1)).astype(np.int64)] if len(start) else np.zeros(0)
-    ok = (count >= cfg.min_shared_points) & (p75 >= cfg.min_triangulation_angle)
-    neighbors: list[list[int]] = [[] for _ in range(n)]
-    scores: list[list[float]] = [[] for _ in range(n)]
-    for k in np.flatnonzero(ok):
-        ref, src = divmod(int(uniq[k]), n)
-        neighbors[ref].append(src)
-        scores[ref].append(float(score[k]))
+    centers = np.stack([v.center for v in scene.views])
+    stats = pair_stats(centers, scene.points_in_world, scene.track_offsets, scene.track_view_idx,
+                       lambda theta: angle_weight(theta, cfg), cfg.min_triangulation_angle)
+    if stats.sampled:
+        log.info("view graph: long sparse tracks sampled (more than %d point pairs in all; views/pair_stats.py)",
+                 PAIR_BUDGET)
+    ok = stats.passing(cfg.min_shared_points)
+    neighbors = [np.flatnonzero(row).tolist() for row in ok]
+    scores = [stats.score[ref, nbrs].tolist() for ref, nbrs in enumerate(neighbors)]
     return neighbors, scores
 
 
@@ -148,12 +107,12 @@ def select_neighbors(scene: Scene, cfg: ViewsConfig) -> tuple[list[list[int]], l
 
 def depth_ranges(scene: Scene, neighbors: list[list[int]], cfg: ViewsConfig) -> np.ndarray:
     n = scene.num_views
-    obs_point = np.repeat(np.arange(len(scene.points_in_world)), scene.track_lengths)
     ranges = np.full((n, 2), np.nan)
     weak = []
     lo_pct, hi_pct = cfg.depth_percentiles
+    points_of_view = points_by_view(scene)
     for i, view in enumerate(scene.views):
-        pts = scene.points_in_world[obs_point[scene.track_view_idx == i]]
+        pts = scene.points_in_world[points_of_view[i]]
         z = view.world_to_cam(pts)[:, 2] if len(pts) else np.zeros(0)
         z = z[z > 0]
         if len(z) < cfg.min_points_for_range:
@@ -179,3 +138,12 @@ def select_views(scene: Scene, cfg: ViewsConfig) -> ViewSelection:
         log.warning("%d view(s) have no usable source view and will get no depth map: %s",
                     len(lonely), ", ".join(lonely[:5]) + (" ..." if len(lonely) > 5 else ""))
     return ViewSelection(neighbors, scores, depth_ranges(scene, neighbors, cfg))
+
+
+def points_by_view(scene: Scene) -> list[np.ndarray]:
+    """Per view_idx, the indices of the sparse points it observes: one sort of the observations
+    (a mask per view was O(views x observations): minutes at 500 views with long tracks)."""
+    obs_point = np.repeat(np.arange(len(scene.points_in_world)), scene.track_lengths)
+    order = np.argsort(scene.track_view_idx, kind="stable")
+    bounds = np.searchsorted(scene.track_view_idx[order], np.arange(scene.num_views + 1))
+    return [obs_point[order[bounds[i]:bounds[i + 1]]] for i in range(scene.num_views)]

@@ -207,3 +207,22 @@ def test_several_models_warn_once_and_use_the_first(tmp_path, caplog):
     assert all(lay.sparse_dir == tmp_path / "sparse" / "0" for lay in layouts)
     warnings = [r.getMessage() for r in caplog.records if "several models" in r.getMessage()]
     assert warnings == [f"{tmp_path / 'sparse'} holds several models (0, 1); using sparse/0"]
+
+
+@pytest.mark.parametrize("write", ["write_binary", "write_text"])
+def test_model_files_give_the_scene_pycolmap_gives(tmp_path, write):
+    """read_scene takes the sparse points from the model files as arrays (io/colmap_model.py); the
+    scene must equal the one built through pycolmap's objects, points seen by an unregistered image
+    included."""
+    from mvs_pipeline.scene.workspace import read_scene, scene_from_reconstruction
+    rec = build_tiny_reconstruction(num_views=6, num_points=150, seed=4)
+    rec.deregister_frame(rec.images[max(rec.reg_image_ids())].frame_id)
+    getattr(rec, write)(str(tmp_path))
+    fast = read_scene(tmp_path, tmp_path)
+    slow = scene_from_reconstruction(pycolmap.Reconstruction(str(tmp_path)), tmp_path, tmp_path)
+    assert [v.name for v in fast.views] == [v.name for v in slow.views] and fast.num_views == 5
+    for field in ("points_in_world", "point_colors", "track_offsets", "track_view_idx"):
+        a, b = getattr(fast, field), getattr(slow, field)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert len(fast.points_in_world) > 100 and fast.track_lengths.max() <= 5

@@ -59,15 +59,6 @@ def test_scores_follow_the_angle_prior(tmp_path):
         np.testing.assert_allclose(scores[ref], [expect[s] for s in order[:4]], rtol=1e-9)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_pair_then_angle_order_is_lexsorts(seed):
-    rng = np.random.default_rng(seed)
-    n = 10_000
-    key = rng.integers(0, 50, n).astype(np.int64)
-    theta = np.round(rng.random(n) * 30, 1)   # many equal angles: ties must keep the input order
-    np.testing.assert_array_equal(selection.pair_then_angle_order(key, theta), np.lexsort((theta, key)))
-
-
 def test_small_baseline_pairs_are_dropped(tmp_path):
     """Two cameras 1 mm apart: their triangulation angles are tiny, so they never pair."""
     rec = build_tiny_reconstruction(num_views=4, num_points=150)
