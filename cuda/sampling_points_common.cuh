@@ -1,4 +1,4 @@
-// Shared device helpers of the point operations (sampling_fps.cu, sampling_three_nn.cu, sampling_voxel_pool.cu).
+// Shared device helpers of the point operations (sampling_fps_*.cu, sampling_three_nn.cu, sampling_voxel_pool.cu).
 //
 // Exactness contract with the CPU twins (mvs_pipeline/cpu/*.py): squared distances are
 // float32, computed as ((dx*dx + dy*dy) + dz*dz) with dx = x - sx, each operation rounded to

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment with mvs-pipeline installed editable.
 #   bash scripts/setup_env.sh [EXTRAS]     e.g. EXTRAS=test
-# Installs the system libraries open3d links (libusb, libgomp) when running as root on Debian.
+# Installs the system libraries open3d links (libusb, libgomp) when running as root on Debian, and
+# with the test extras Chromium for the report's browser test.
 # Adds the CuPy extra matching the driver's CUDA major when an NVIDIA GPU is visible.
 # MVS_VENV overrides the environment folder (default .venv in the project root).
 set -euo pipefail
@@ -12,11 +13,20 @@ missing=()
 ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0' || missing+=(libusb-1.0-0)
 ldconfig -p 2>/dev/null | grep -q 'libgomp.so.1' || missing+=(libgomp1)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-if [ ${#missing[@]} -gt 0 ]; then
+# With the test extras, as root on Debian: Chromium for the report's browser test (which skips,
+# saying why, where there is none). ~19 s on CI (apt-get update included, no recommends).
+optional=()
+if [[ ",$extras," == *,test,* ]] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    && ! command -v chromium >/dev/null; then
+  optional+=(chromium)
+fi
+if [ ${#missing[@]} -gt 0 ] || [ ${#optional[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing system packages: ${missing[*]}"
+    echo "installing system packages: ${missing[*]} ${optional[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    [ ${#optional[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${optional[@]}" >/dev/null || echo "warning: could not install ${optional[*]}; the browser test will skip" >&2
   else
     echo "error: please install these system packages first: ${missing[*]}" >&2
     exit 1

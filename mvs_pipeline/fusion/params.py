@@ -9,7 +9,7 @@ from typing import Literal
 
 from ..field_meta import meta
 
-# `fusion.min_consistent: auto` (auto_min_consistent below). scripts/sweep_fusion.py (BENCHMARKS.md,
+# `fusion.min_consistent: auto` (auto_min_consistent below). benchmarks/sweep_fusion.py (BENCHMARKS.md,
 # session 6) measured the scenes of the quality suite and DTU scan 24, where a sparse point is seen
 # by a median of 4-6 views (over observations), so 3-5 other views could agree: requiring 1 agreeing
 # view beat 2 by 3-8 pp F1@2cm on every synthetic scene, and 3 or 4 lost more. So a requirement
@@ -53,7 +53,7 @@ class FusionConfig:
         "a neighbour agrees only if its own 3D point reprojects this close to the reference pixel", "px", (0.0, 100.0)))
     max_depth_diff: float = field(default=0.01, metadata=meta(
         "largest |projected depth - neighbour depth| / neighbour depth for agreement", "fraction", (0.0, 1.0)))
-    # Defaults chosen by scripts/sweep_fusion.py (BENCHMARKS.md, session 6): one agreeing neighbour,
+    # Defaults chosen by benchmarks/sweep_fusion.py (BENCHMARKS.md, session 6): one agreeing neighbour,
     # 30 degrees and at most one free-space violation gave the best F1 at 2 cm on every synthetic
     # scene of the quality suite; DTU scan 24 trades 0.5 pp mask precision for coverage.
     max_normal_angle: float = field(default=30.0, metadata=meta(

@@ -5,7 +5,7 @@ point of a surface can project onto such a pixel of a view that has it in front 
 image: that view's ray through the pixel meets nothing at all. So a reconstructed point that
 does is a floater, such as the "sky" that PatchMatch gives a depth to and geometric consistency
 makes agree across views. The ETH3D scores do not see these points (the scanners observed no
-space there), so this share is their only measure (scripts/bench_quality.py reports it).
+space there), so this share is their only measure (benchmarks/bench_quality.py reports it).
 The background is eroded by one pixel, so that points on an outline that fall on its neighbour
 by rounding do not count.
 """

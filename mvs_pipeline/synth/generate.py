@@ -81,7 +81,7 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     worker processes (view_jobs.py); the files do not depend on `workers`. backend "cuda"
     evaluates the textures with CuPy (resolved by the caller); the images then agree with the
     CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). `timings`, a dict, gets
-    each stage's wall time in seconds (scripts/bench_synth.py). Returns `out_dir`.
+    each stage's wall time in seconds (benchmarks/bench_synth.py). Returns `out_dir`.
     """
     _check_args(name, views, width, height, seed, scan_spacing, max_scan_points, workers, backend)
     views, width, height, seed = int(views), int(width), int(height), int(seed)

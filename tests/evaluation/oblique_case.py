@@ -1,5 +1,6 @@
 """ETH3D cases with oblique scan poses and missing regions, for comparisons with the official
-program (scripts/check_eval_official.py; test_eval_oblique_cases.py records its numbers): GT floor,
+program (test_eval_oblique_cases.py records its numbers; the one-off script that ran it,
+`git show ec29931:scripts/check_eval_official.py`, was removed): GT floor,
 wall and side surfaces on faces of the 1 cm voxel grid, 3 scans at random oblique poses (every
 rotation entry non-zero, so float32 rounding of the transforms matters), and a reconstruction of
 40 % of the GT + 3 mm noise + 10 % outliers with a slanted half-space cut, a hole, both, or

@@ -1,4 +1,4 @@
-"""scripts/analyse_errors.py's breakdowns against the synthetic scene's own ground truth: with the
+"""benchmarks/analyse_errors.py's breakdowns against the synthetic scene's own ground truth: with the
 true depth maps as "ours", every scan point seen by two views has two right views; with no depth,
 none; a depth 0.5 % too far is within 1 % everywhere and within 2 cm up to 4 m."""
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def analyse():
-    spec = importlib.util.spec_from_file_location("analyse_errors", REPO / "scripts" / "analyse_errors.py")
+    spec = importlib.util.spec_from_file_location("analyse_errors", REPO / "benchmarks" / "analyse_errors.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

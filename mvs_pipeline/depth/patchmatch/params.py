@@ -13,7 +13,7 @@ One default is ours: num_refine = 8 adds 3 normal-only hypotheses (turned by 4, 
 perturbation) to ACMH's 5. On the synthetic courtyard (640x480, 8 sources, 3 iterations) the
 median normal error of the CPU backend over views 0 and 10 is 9.93 degrees with 8 and 10.15
 with 5, which misses the issue's 10-degree bar; on the GPU over 10 views 8.69 vs 8.99
-(scripts/bench_patchmatch_quality.py, BENCHMARKS.md). 5 costs ~8 % less time per iteration;
+(benchmarks/bench_patchmatch_quality.py, BENCHMARKS.md). 5 costs ~8 % less time per iteration;
 num_refine = 5 is ACMM, and configs/fast.yaml uses it.
 """
 

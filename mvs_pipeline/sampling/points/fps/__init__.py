@@ -1,3 +1,3 @@
-"""Exact farthest point sampling (ops.py picks the backend; cuda.py launches cuda/sampling_fps.cu;
-cpu.py is its twin and the plain reference).
+"""Exact farthest point sampling (ops.py picks the backend; cuda.py and batched.py launch
+cuda/sampling_fps_*.cu; cpu.py is their twin and the plain reference).
 """

@@ -1,4 +1,4 @@
-"""CuPy launcher of `fps_batched_persistent` (cuda/sampling_fps.cu): exact FPS of one large cloud
+"""CuPy launcher of `fps_batched_persistent` (cuda/sampling_fps_batched.cu): exact FPS of one large cloud
 with many samples per grid-wide exchange. The GPU's default for exact FPS of one cloud.
 
 The tree kernel (cuda.py) pays one all-gather between the blocks per sample (~3 us on an H100,
@@ -18,7 +18,6 @@ from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy
 
 from .cuda import (
-    _CU,
     _OPTIONS,
     _indices_of_keys,
     _max_blocks_per_sm,
@@ -29,6 +28,7 @@ from .cuda import (
     static_shared_bytes,
 )
 
+_CU = "sampling_fps_batched.cu"
 # Compile-time shape (one precompiled variant, also listed as a ci-variant in the .cu):
 OFFERS = 4          # points each block offers per round (T); its candidate slots live in registers
 MAX_GRID = 132      # blocks at most (G x T candidates: 17 register slots a lane)

@@ -1,4 +1,4 @@
-"""Exact farthest point sampling on the CPU: the twins of `cuda/sampling_fps.cu` and a plain reference.
+"""Exact farthest point sampling on the CPU: the twins of `cuda/sampling_fps_*.cu` and a plain reference.
 
 Definition (identical on every backend, so all of them return the same index sequence):
     mind[i] = min over selected samples s of dist2(p_i, p_s), +inf before the first sample,

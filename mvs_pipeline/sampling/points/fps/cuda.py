@@ -1,4 +1,5 @@
-"""CuPy launchers of `cuda/sampling_fps.cu` (exact farthest point sampling).
+"""CuPy launchers of `cuda/sampling_fps_block.cu` and `cuda/sampling_fps_tree.cu` (exact farthest
+point sampling).
 
     fps_block  [B, N, 3] -> [B, M]: one thread block per cloud (batches of small clouds).
     fps_tree   [N, 3] -> [M]: one large cloud over the whole GPU in a single persistent launch
@@ -19,7 +20,9 @@ from mvs_pipeline.arrays import column_bounds
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy
 
-_CU = "sampling_fps.cu"
+# One source per kernel variant (shared device code: sampling_fps_common.cuh); batched.py has its own.
+BLOCK_CU = "sampling_fps_block.cu"
+TREE_CU = "sampling_fps_tree.cu"  # also fps_morton_codes, the sort batched.py shares
 _OPTIONS = ("--fmad=false",)
 BLOCK_THREADS = 512
 # Tree kernel: threads per block with one block per SM (halved per extra block per SM, so the
@@ -29,7 +32,7 @@ MIN_LEAF_SIZE = 32
 # Auto leaf size balances the two per-sample costs: testing the block's leaf boxes (N / (leaf *
 # grid * threads) per thread) and updating the leaves near the new sample (leaf points each), so
 # leaf ~ sqrt(N): the smallest power of two >= 32 with leaf^2 * grid * threads >= N * this.
-# Measured on an H200 (132 SMs x 512 threads, surface clouds, M = 100k, scripts/bench_fps.py):
+# Measured on an H200 (132 SMs x 512 threads, surface clouds, M = 100k, benchmarks/bench_fps.py):
 # the best leaf is 32 at N = 1M, 64 at 4M and 128 at 16M, which this picks.
 AUTO_LEAF_BALANCE = 64
 # Auto leaf size also keeps the leaf boxes of a block within this much shared memory.
@@ -114,7 +117,7 @@ def fps_block(xyz, start, num_samples: int):
     out_d2 = cupy.full((b, m), np.nan, dtype=cupy.float32)
     if b == 0:
         return out_idx, out_d2
-    kernel = get_kernel(_CU, "fps_block", _OPTIONS)
+    kernel = get_kernel(BLOCK_CU, "fps_block", _OPTIONS)
     kernel((b,), (BLOCK_THREADS,), (xyz, start, mind, out_idx, out_d2, np.int32(n), np.int32(m)))
     return out_idx, out_d2
 
@@ -171,12 +174,12 @@ PRECOMPILE_SM_COUNTS = (108, 84, 114, 132, 144, 148)
 def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
     """The (file, options) variants `mvs-pipeline build-kernels` precompiles: the block kernel and
     the tree kernel's automatic shape for clouds of 2^10 .. 2^26 points on the GPUs above."""
-    variants = {(_CU, _OPTIONS)}
+    variants = {(BLOCK_CU, _OPTIONS), (TREE_CU, _OPTIONS)}  # the block kernel; the Morton codes
     threads = default_tree_threads(1)
     for sms in PRECOMPILE_SM_COUNTS:
         for k in range(10, 27):
             n = 1 << k
-            variants.add((_CU, tree_shape(n, sms, threads, choose_leaf_size(n, sms, threads))["options"]))
+            variants.add((TREE_CU, tree_shape(n, sms, threads, choose_leaf_size(n, sms, threads))["options"]))
     return sorted(variants)
 
 
@@ -196,7 +199,7 @@ def _morton_sorted(cupy, xyz):
     extent = float((hi - lo).max())
     scale = 2097151.0 / extent if extent > 0 else 0.0
     codes = cupy.empty(n, dtype=cupy.uint64)
-    get_kernel(_CU, "fps_morton_codes", _OPTIONS)(
+    get_kernel(TREE_CU, "fps_morton_codes", _OPTIONS)(
         (-(-n // 256),), (256,),
         (xyz, np.int32(n), np.float32(lo[0]), np.float32(lo[1]), np.float32(lo[2]), np.float32(scale), codes))
     order = cupy.argsort(codes)
@@ -248,7 +251,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
     if shared > max_shared - 4096:
         raise ValueError(f"leaf_size {leaf} gives {leaves_per_block} leaves per block ({shared} B of shared "
                          f"memory, the device has {max_shared} B); use a larger leaf_size")
-    kernel = get_kernel(_CU, "fps_tree_persistent", options)
+    kernel = get_kernel(TREE_CU, "fps_tree_persistent", options)
     opt_in_shared(kernel, shared)
     per_sm = _max_blocks_per_sm(cupy, kernel, threads, shared)
     if per_sm is not None and per_sm < blocks_per_sm:

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark the `sampling` stage and exact FPS alone, on a surface-like cloud of N points
-(scripts/bench_fps.py's `surface_cloud`, 2 mm noise, with normals, colours and a uchar `support`
+(benchmarks/bench_fps.py's `surface_cloud`, 2 mm noise, with normals, colours and a uchar `support`
 written in fusion's own 28-byte layout, so the PLY is a fused.ply of that size).
 
-    python scripts/bench_sampling.py --sizes 12M,50M --backend cuda
-    python scripts/bench_sampling.py --sizes 2M --backend cpu --settings default,exact
-    python scripts/bench_sampling.py --sizes 12M,50M --fps 12M:1.2M,50M:1M --backend cuda
+    python benchmarks/bench_sampling.py --sizes 12M,50M --backend cuda
+    python benchmarks/bench_sampling.py --sizes 2M --backend cpu --settings default,exact
+    python benchmarks/bench_sampling.py --sizes 12M,50M --fps 12M:1.2M,50M:1M --backend cuda
 
 Settings: `default` (SamplingConfig's defaults = configs/default.yaml's sampling section: pool at 2x
 the spacing, 200k FPS prefix, every pooled point written), `exact` (the old default: exact FPS of
@@ -35,7 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_fps import commit, parse_count, surface_cloud  # noqa: E402
 

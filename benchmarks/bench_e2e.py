@@ -16,7 +16,7 @@ For each scene (made with `mvs-pipeline synth` unless it exists) the run is time
 Each row: wall (measured here), the stages' sum and the time outside them (run.json), GPU
 memory peak, F1 of fused.ply at 2 cm. Scenes: VIEWSxWIDTHxHEIGHT.
 
-    python scripts/bench_e2e.py --scenes 20x800x600,40x1600x1200 --modes nvrtc,cold,warm --json out.json
+    python benchmarks/bench_e2e.py --scenes 20x800x600,40x1600x1200 --modes nvrtc,cold,warm --json out.json
 """
 
 from __future__ import annotations

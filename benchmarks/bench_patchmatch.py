@@ -2,9 +2,9 @@
 """Benchmark single-scale PatchMatch: GPU time per red+black iteration, texture-fetch rate,
 registers / local memory / occupancy, peak GPU memory, and the CPU backend's time.
 
-    python scripts/bench_patchmatch.py                      # everything the GPU and CPU can run
-    python scripts/bench_patchmatch.py --skip-cpu --json out.json
-    python scripts/bench_patchmatch.py --ptxas              # also print nvcc -Xptxas -v (needs nvcc)
+    python benchmarks/bench_patchmatch.py                      # everything the GPU and CPU can run
+    python benchmarks/bench_patchmatch.py --skip-cpu --json out.json
+    python benchmarks/bench_patchmatch.py --ptxas              # also print nvcc -Xptxas -v (needs nvcc)
 
 Scenes are the analytic toy scene (textured planes, mvs_pipeline/patchmatch/toy_scene.py),
 rendered at 1600x1066; the 3200x2130 memory case upsamples it 2x (content does not matter for

@@ -2,8 +2,8 @@
 """Depth quality with and without the planar-prior pass (depth.planar_prior, issue #16 item 3) on
 a synthetic scene, overall and on its low-texture pixels.
 
-    python scripts/bench_planar_prior.py --scene room --views 8 --width 320 --height 240 --backend cpu
-    python scripts/bench_planar_prior.py --backend cuda --views 12 --width 640 --height 480 \
+    python benchmarks/bench_planar_prior.py --scene room --views 8 --width 320 --height 240 --backend cpu
+    python benchmarks/bench_planar_prior.py --backend cuda --views 12 --width 640 --height 480 \
         --set patchmatch.planar_prior_weight=0.5
 
 Runs load,views,depth twice (off / on, same seed) and compares each final map (.geometric.bin)

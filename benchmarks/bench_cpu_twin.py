@@ -4,10 +4,10 @@ whether the maps are byte-identical to the ones captured. The A/B tool of BENCHM
 "CPU demo" section: on a shared machine a whole-stage run moves by tens of percent, a replay of
 the same problems, alternated between two trees, does not.
 
-    python scripts/bench_cpu_twin.py capture SCENE OUT CAPTURE_DIR [--views view_000,view_004]
+    python benchmarks/bench_cpu_twin.py capture SCENE OUT CAPTURE_DIR [--views view_000,view_004]
         runs `mvs-pipeline run SCENE -o OUT -c small --set backend=cpu --stages load,views,depth`
         and pickles every PatchMatch call of the named views (problem, params, seed, result)
-    python scripts/bench_cpu_twin.py replay 'CAPTURE_DIR/*.pkl'
+    python benchmarks/bench_cpu_twin.py replay 'CAPTURE_DIR/*.pkl'
         solves each again with this tree's twin (warm the Numba cache with a first replay)
 
 CPU seconds are user + system of the process, all threads (getrusage).

@@ -6,7 +6,7 @@ writes them, fused.ply, its preview as fusion writes it, an ETH3D result), then 
 a fresh process: the cloud preview (what fusion adds) and `mvs-pipeline report` (process start
 to exit). No GPU needed.
 
-    python scripts/bench_report.py --views 40 --points 50000000 --json out.json
+    python benchmarks/bench_report.py --views 40 --points 50000000 --json out.json
 """
 
 from __future__ import annotations

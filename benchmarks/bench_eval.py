@@ -5,13 +5,13 @@ The default size matches the issue's reference point: ~4M GT scan points, ~2.7M 
 points (the official program takes ~90 s on 2 cores for that). Prints a table; --json PATH
 writes the numbers. Optionally runs the official binary on the same data (--eth3d-binary).
 
-    python scripts/bench_eval.py --backends cpu,cuda [--gt-points 4e6 --recon-points 2.7e6]
+    python benchmarks/bench_eval.py --backends cpu,cuda [--gt-points 4e6 --recon-points 2.7e6]
 
 Scans of a synthetic scene instead of the room (issue 21's 25 M-point courtyard):
     mvs-pipeline synth --scene courtyard --out SCENE --scan-spacing 0.002 --max-scan-points 28500000
-    python scripts/bench_eval.py --backends cpu --mlp SCENE/gt/eth3d/scan_alignment.mlp --recon-points 5e6
+    python benchmarks/bench_eval.py --backends cpu --mlp SCENE/gt/eth3d/scan_alignment.mlp --recon-points 5e6
 Depth-map metrics only (random maps with holes, written to a temporary run folder):
-    python scripts/bench_eval.py --backends cpu,cuda --depth-maps 16 --depth-size 3200x2130
+    python benchmarks/bench_eval.py --backends cpu,cuda --depth-maps 16 --depth-size 3200x2130
 """
 
 from __future__ import annotations

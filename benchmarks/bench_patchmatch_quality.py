@@ -4,8 +4,8 @@
 error, median normal error) for several values of one PatchMatchParams field, pooled over the
 reference views the GPU quality test uses.
 
-    python scripts/bench_patchmatch_quality.py --field num_refine --values 5 8
-    python scripts/bench_patchmatch_quality.py --backend cpu --refs 0 10 --values 5 8
+    python benchmarks/bench_patchmatch_quality.py --field num_refine --values 5 8
+    python benchmarks/bench_patchmatch_quality.py --backend cpu --refs 0 10 --values 5 8
 
 Why: speed and quality trade off through num_refine (and the perturbation schedule); this puts
 measured numbers behind a default instead of a guess. Needs pycolmap (the synthetic scenes are

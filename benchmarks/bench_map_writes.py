@@ -7,8 +7,8 @@ atomically, depth last) with `--threads` writer threads, as MapWriter does. Prin
 GB/s. The depth stage of 80 views at 1600x1200 writes about 11.5 GB (6 passes), so at 1 GB/s the
 disk alone needs 11.5 s whatever the number of GPUs.
 
-    python scripts/bench_map_writes.py --dir /tmp/maps --processes 1,4 --views 80
-    python scripts/bench_map_writes.py --dir /dev/shm/maps --processes 4
+    python benchmarks/bench_map_writes.py --dir /tmp/maps --processes 1,4 --views 80
+    python benchmarks/bench_map_writes.py --dir /dev/shm/maps --processes 4
 """
 
 from __future__ import annotations

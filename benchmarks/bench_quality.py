@@ -11,8 +11,8 @@ With --oracle, each synthetic row also scores the scene's oracle cloud (synth/or
 ground-truth depth of every view, where two views see it): what perfect depth maps would reach,
 since the scans also cover surfaces that no camera sees.
 
-    python scripts/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
-    python scripts/bench_quality.py --suite full --oracle
+    python benchmarks/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
+    python benchmarks/bench_quality.py --suite full --oracle
 """
 
 from __future__ import annotations

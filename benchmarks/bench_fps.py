@@ -2,9 +2,9 @@
 """Benchmark exact FPS: the persistent multi-block GPU kernel against the one-block kernel and
 fpsample's fastest exact CPU variant (bucket_fps_kdline_sampling), on surface-like clouds.
 
-    python scripts/bench_fps.py                       # N = 1M, 4M, 16M x M = 1k, 10k, 100k
-    python scripts/bench_fps.py --sizes 4M --samples 100k --json bench_fps.json
-    python scripts/bench_fps.py --methods gpu-tree --leaf-sizes 32,64,128 --blocks-per-sm 1,2 --threads 256,512,1024
+    python benchmarks/bench_fps.py                       # N = 1M, 4M, 16M x M = 1k, 10k, 100k
+    python benchmarks/bench_fps.py --sizes 4M --samples 100k --json bench_fps.json
+    python benchmarks/bench_fps.py --methods gpu-tree --leaf-sizes 32,64,128 --blocks-per-sm 1,2 --threads 256,512,1024
 
 The one-block kernel costs the same per sample throughout, so it runs a probe of a few hundred
 samples and is extrapolated to M (marked `~`). Its probe indices must equal the first samples
@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mvs_pipeline.errors import MVSError  # noqa: E402
-from mvs_pipeline.sampling.points.fps import cpu as cpu_fps  # noqa: E402
 
 H100_BANDWIDTH = 3.35e12  # B/s, HBM3 on an H100 SXM
 
@@ -135,6 +134,9 @@ def main() -> int:
     thread_counts = [None] if args.threads == "auto" else [int(v) for v in args.threads.split(",")]
     grids = [None if v == "auto" else int(v) for v in args.grids.split(",")]
     cpu_max = parse_count(args.cpu_max_points)
+    # imported here, not at the top: Numba's import is ~2 s, which --help and the scripts that
+    # import surface_cloud from this file need not pay
+    from mvs_pipeline.sampling.points.fps import cpu as cpu_fps  # noqa: PLC0415
 
     cupy = None
     device = "cpu only"

@@ -9,7 +9,7 @@ BASELINE (the defaults before this sweep chose new ones), the combinations that 
 normal angle with more views), the free-space check against floaters, the triangulation angle, textureless pixels (min_texture) and
 speckles (min_segment) and the halo (halo_radius).
 
-    python scripts/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
+    python benchmarks/sweep_fusion.py --suite quick --dtu ../shared/data/dtu_scan24 --json sweep.json
 """
 
 from __future__ import annotations

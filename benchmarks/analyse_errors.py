@@ -16,7 +16,7 @@ ground truth: gt/depth/*.npy per view and the ETH3D scans), three breakdowns:
              view (fusion needs an agreeing neighbour), or two or more (fusion dropped a surface
              the maps had right); the same for covered points
 
-    python scripts/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
+    python benchmarks/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
 
 prints the breakdowns as text tables; --json keeps every number.
 """

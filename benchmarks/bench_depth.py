@@ -2,9 +2,9 @@
 """Benchmark the whole depth stage (ACMM: all scales, photometric + geometric passes, file I/O
 included) on synthetic scenes: seconds per image, where the time goes, GPU memory peak.
 
-    python scripts/bench_depth.py --sizes 800x600,1600x1066,3200x2130 --json out.json
-    python scripts/bench_depth.py --sizes 320x240 --views 8 --sources 7 --backend cpu
-    python scripts/bench_depth.py --scene object --sizes 320x240 --views 8 --sources 7 --backend cpu \
+    python benchmarks/bench_depth.py --sizes 800x600,1600x1066,3200x2130 --json out.json
+    python benchmarks/bench_depth.py --sizes 320x240 --views 8 --sources 7 --backend cpu
+    python benchmarks/bench_depth.py --scene object --sizes 320x240 --views 8 --sources 7 --backend cpu \
         --set depth.coarsest_max_size=160       # the demo's depth stage (scripts/demo.sh, -c small)
 
 Each size renders the `--scene` scene (default courtyard; `mvs-pipeline synth`, rendering in worker processes) with

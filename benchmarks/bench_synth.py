@@ -8,9 +8,9 @@ seconds per view; cpu_s is the CPU time of this process and its workers (the wal
 shared machine depend on its load, the CPU time much less). --views lets a short run be extrapolated: views cost the same each, so
 total(40) ~ total(n) + (40 - n) * views/n / concurrency.
 
-    python scripts/bench_synth.py --sizes 800x600,1600x1066 --views 6 --workers 1,0 --backends cpu
+    python benchmarks/bench_synth.py --sizes 800x600,1600x1066 --views 6 --workers 1,0 --backends cpu
 H100 machine, the issue's reference point (327 s before, goal <= 40 s):
-    python scripts/bench_synth.py --scene courtyard --sizes 3200x2130 --views 40 --workers 0 --backends cuda,cpu
+    python benchmarks/bench_synth.py --scene courtyard --sizes 3200x2130 --views 40 --workers 0 --backends cuda,cpu
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ mode's point set (sorted rows of xyz, normal, colour); with `--gpu-stats`, nvidi
 every 250 ms during each mode: per GPU the share of samples with the GPU busy, its mean
 utilisation over those, and its peak memory.
 
-    python scripts/bench_cluster.py --views 40 --width 1600 --height 1200 --modes none,local-cuda
-    python scripts/bench_cluster.py --work W --modes none,local-cuda --keep   # none from an earlier call
-    python scripts/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
-    python scripts/bench_cluster.py --views 80 --width 1600 --height 1200 --modes none,cuda1,cuda2 \
+    python benchmarks/bench_cluster.py --views 40 --width 1600 --height 1200 --modes none,local-cuda
+    python benchmarks/bench_cluster.py --work W --modes none,local-cuda --keep   # none from an earlier call
+    python benchmarks/bench_cluster.py --views 6 --width 160 --height 120 --modes none,local1,local2 --set backend=cpu
+    python benchmarks/bench_cluster.py --views 80 --width 1600 --height 1200 --modes none,cuda1,cuda2 \
         --stages load,views,depth,fusion,sampling --gpu-stats      # issue #18, on a 2-GPU machine
-    python scripts/bench_cluster.py ... --modes "cuda1,cuda2,cuda2:cluster.unpinned_share=0"   # a setting per mode
+    python benchmarks/bench_cluster.py ... --modes "cuda1,cuda2,cuda2:cluster.unpinned_share=0"   # a setting per mode
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ two spheres seen by cameras on a ring, exact depth/normal maps (optionally with 
 textured JPEG images, and a sparse model with tracks (COLMAP derives its neighbours from those).
 Data is written once into --workdir and reused.
 
-    python scripts/bench_fusion.py --views 50 --width 1600 --height 1066 --backends cuda,cpu --colmap
-    python scripts/bench_fusion.py --views 8 --width 640 --height 426 --backends cpu --json bench.json
+    python benchmarks/bench_fusion.py --views 50 --width 1600 --height 1066 --backends cuda,cpu --colmap
+    python benchmarks/bench_fusion.py --views 8 --width 640 --height 426 --backends cpu --json bench.json
 """
 
 from __future__ import annotations

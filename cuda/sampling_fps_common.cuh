@@ -1,0 +1,103 @@
+// Shared device code of the exact FPS kernels: sampling_fps_block.cu (one block per cloud),
+// sampling_fps_tree.cu (one cloud over the whole GPU, one sample per all-gather) and
+// sampling_fps_batched.cu (many samples per exchange). Launchers: mvs_pipeline/sampling/points/fps/
+// cuda.py and batched.py; CPU twins and the plain O(N*M) reference: cpu.py beside them.
+//
+// Definition shared by every backend (see sampling_points_common.cuh for the arithmetic):
+//   mind[i] = min over selected s of dist2(p_i, p_s), +inf before the first sample;
+//   sample 0 = start; sample k = the unselected point with the largest mind, ties -> lower
+//   index. Selected points store mind = -1 (key 0 in the high word), so once every remaining
+//   point sits at distance 0 (duplicates) the lowest unselected index is taken: the returned
+//   indices are always distinct.
+//
+// The persistent kernels' keys are 58-bit: (hi << 27) | (2^27 - 1 - index), hi as in po_point_key
+// (distance bits + 1, 0 = selected), so the tree and the batched kernel order points alike.
+
+#pragma once
+
+#include "sampling_points_common.cuh"
+
+#define FPS_INF_BITS 0x7f800000
+
+// Threads per block of the persistent kernels: their launchers always pass it; the default is
+// the tree kernel's CI variant without options.
+#ifndef FPS_THREADS
+#define FPS_THREADS 512
+#endif
+
+#define FPS_INDEX_BITS 27
+#define FPS_INDEX_MASK ((1ull << FPS_INDEX_BITS) - 1ull)
+#define FPS_KEY_MASK ((1ull << 58) - 1ull)
+#define FPS_FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ unsigned long long fps_key58(float d2, unsigned int index)
+{
+    const int bits = __float_as_int(d2);
+    const unsigned long long hi = bits < 0 ? 0ull : (unsigned long long)bits + 1ull;
+    return (hi << FPS_INDEX_BITS) | (FPS_INDEX_MASK - index);
+}
+
+__device__ __forceinline__ unsigned int fps_key58_index(unsigned long long key)
+{
+    return (unsigned int)(FPS_INDEX_MASK - (key & FPS_INDEX_MASK));
+}
+
+__device__ __forceinline__ unsigned int fps_key58_dist_bits(unsigned long long key)
+{
+    return (unsigned int)(key >> FPS_INDEX_BITS) - 1u;
+}
+
+__device__ __forceinline__ void fps_store_relaxed(unsigned long long* p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void fps_load_relaxed_v2(const unsigned long long* p, unsigned long long& a,
+                                                    unsigned long long& b)
+{
+    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+// Warp-wide max of a 64-bit key with two 32-bit REDUX instructions (sm_80+): high words first,
+// then the low words of the lanes holding the highest one. Much shorter than a shuffle tree,
+// and this sits on the critical path of every sample several times.
+__device__ __forceinline__ unsigned long long fps_warp_max_u64(unsigned long long key)
+{
+    const unsigned int hi = (unsigned int)(key >> 32);
+    const unsigned int hi_max = __reduce_max_sync(FPS_FULL_MASK, hi);
+    const unsigned int lo_max = __reduce_max_sync(FPS_FULL_MASK, hi == hi_max ? (unsigned int)key : 0u);
+    return ((unsigned long long)hi_max << 32) | lo_max;
+}
+
+// Warp-wide max of (key, x, y, z) by key: every lane gets the key and the coordinates of the lane
+// holding it (keys are unique when non-zero; for key 0 the coordinates are meaningless).
+__device__ __forceinline__ void fps_warp_argmax(unsigned long long& key, float& x, float& y, float& z)
+{
+    const unsigned long long best = fps_warp_max_u64(key);
+    const int src = __ffs(__ballot_sync(FPS_FULL_MASK, key == best)) - 1;
+    x = __shfl_sync(FPS_FULL_MASK, x, src);
+    y = __shfl_sync(FPS_FULL_MASK, y, src);
+    z = __shfl_sync(FPS_FULL_MASK, z, src);
+    key = best;
+}
+
+// Warp-wide max of the lanes' keys and the payload of the lane holding it: every lane gets both,
+// the payload -1 when every key is 0 (keys are unique when non-zero). The batched kernel's
+// "next best below the last pick" steps: each lane scans its share for its largest key below
+// the previous pick, then this combines the lanes.
+__device__ __forceinline__ unsigned long long fps_warp_max_with(unsigned long long key, int payload,
+                                                                int& best_payload)
+{
+    const unsigned long long best = fps_warp_max_u64(key);
+    const unsigned int who = __ballot_sync(FPS_FULL_MASK, best != 0ull && key == best);
+    const int v = __shfl_sync(FPS_FULL_MASK, payload, who ? __ffs(who) - 1 : 0);
+    best_payload = who ? v : -1;
+    return best;
+}
+
+__device__ __forceinline__ unsigned long long fps_warp_sum_u64(unsigned long long v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FPS_FULL_MASK, v, offset);
+    return v;
+}
