@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ class RunContext:
     cluster: object = None  # cluster/client.ClusterStart once a --cluster run has started its cluster
     cluster_wanted: bool = False  # --cluster and the depth stage in this run: start_cluster may be called
     stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
+    host_peaks: dict = field(default_factory=dict)  # stage -> resident-memory peak during it, bytes
     backend: str = "cpu"  # resolved
     scene: object = None
     selection: object = None
@@ -260,6 +262,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                     stack.callback(end)
             log.info("stage %s ...", name)
             pool = _reset_gpu_pool(ctx.backend)
+            _reset_host_peak()
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)
             check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
@@ -271,6 +274,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             ctx.stage_unix_times[name] = [round(started, 3), round(time.time(), 3)]   # to line up with e.g. nvidia-smi logs
             if pool is not None:
                 gpu_peaks[name] = int(pool.total_bytes())
+            ctx.host_peaks[name] = _host_peak_bytes()
             log.info("stage %s done in %.2f s", name, timings[name])
             done.append(name)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through errors.Interrupted
@@ -288,6 +292,31 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                        f"backend=cpu (slower) or a smaller max_image_size"
                        f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
+
+
+def _reset_host_peak() -> None:
+    """Start a new high-water mark of this process's resident memory (Linux: writing 5 to
+    clear_refs resets VmHWM), so that each stage's peak is its own; elsewhere the peaks are the
+    process's so far."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _host_peak_bytes() -> int:
+    """The resident-memory high-water mark since the last _reset_host_peak (bytes)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource  # noqa: PLC0415  (no /proc: the process's peak so far; ru_maxrss is KiB on Linux, bytes on macOS)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _close_cluster(ctx: RunContext) -> None:
@@ -350,6 +379,7 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
         record["outside_stages_seconds"] = round(wall - sum(timings.values()), 3)
     if gpu_peaks:
         record["stage_gpu_pool_peak_bytes"] = gpu_peaks
+    record["stage_host_rss_peak_bytes"] = ctx.host_peaks
     atomic_write_text(ctx.out_dir / "run.json", json.dumps(record, indent=1))
     if "evaluate" in stages and ctx.cfg.evaluate.report:  # after run.json so the report shows this run's timings
         from .evaluation.stage import write_final_report  # noqa: PLC0415

@@ -247,5 +247,10 @@ def stage_backend(requested: str, resolved: str) -> str:
 
 def run(ctx) -> None:
     """The pipeline's `sampling` stage: `ctx` is pipeline.RunContext."""
+    info: dict = {}
     sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite,
-                       backend=stage_backend(ctx.cfg.backend, ctx.backend))
+                       backend=stage_backend(ctx.cfg.backend, ctx.backend), timings=info)
+    if "written_points" in info:  # where the stage's time went, for run.json (benchmarks/bench_scale.py)
+        ctx.counts["sampled_points"] = info["written_points"]
+        ctx.counts["sampling_step_seconds"] = {k[:-len("_seconds")]: round(v, 3) for k, v in info.items()
+                                               if k.endswith("_seconds")}

@@ -246,6 +246,7 @@ def test_cli_runs_fusion_on_existing_maps(tmp_path):
     record = json.loads((out / "run.json").read_text())
     assert record["stages"] == ["fusion"] and record["counts"]["fused_points"] > 0
     assert "fusion" in record["stage_seconds"]
+    assert 50e6 < record["stage_host_rss_peak_bytes"]["fusion"] < 8e9   # the stage's own peak, bytes
     cloud = read_ply(out / "fused.ply")
     assert len(cloud) == record["counts"]["fused_points"]
     assert np.abs(cloud.xyz[:, 2]).max() < 1e-5
