@@ -1,5 +1,5 @@
-// Batched exact FPS: many samples per grid-wide exchange (launcher: fps/batched.py; derivation and
-// measurements: BENCHMARKS.md "FPS: several exact samples per barrier"). Built
+// Batched exact FPS: many samples per grid-wide exchange (launcher: fps/batched.py; why:
+// docs/decisions.md "FPS: the batched exact kernel"; timings: BENCHMARKS.md "Sampling and FPS"). Built
 // when the launcher passes -DFPS_BATCHED_OFFERS=T; -DFPS_BATCHED_PROFILE=1 adds block 0's
 // per-phase cycle counts and counters (fps_batched(profile=True); off in the precompiled variant,
 // so the hot path carries no clock reads or global atomics of its own).

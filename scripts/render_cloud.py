@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Render fused clouds as seen from one of the run's cameras, side by side, for before/after
-pictures in BENCHMARKS.md (issue #16 item 4): a z-buffered point splat of each cloud's colours
+pictures in docs/renders/ (issue #16 item 4): a z-buffered point splat of each cloud's colours
 from a view of OUT/sparse (the pinhole model the clouds were fused in), plus a copy of the photo.
 Points from the sky or other floaters show up where the photo has sky; missing ground shows as
 black.
@@ -23,8 +23,8 @@ from mvs_pipeline.io.ply import read_ply  # noqa: E402
 
 
 def blue_sky(bgr: np.ndarray) -> np.ndarray:
-    """[H, W] bool: the photo's sky, crudely (blue: B > R + 25 and B > 120); BENCHMARKS.md's sky
-    shares of Sceaux all use this test."""
+    """[H, W] bool: the photo's sky, crudely (blue: B > R + 25 and B > 120); the sky and ground
+    shares of Sceaux in BENCHMARKS.md and docs/decisions.md all use this test."""
     b, r = bgr[:, :, 0].astype(int), bgr[:, :, 2].astype(int)
     return (b > r + 25) & (b > 120)
 

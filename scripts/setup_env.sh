@@ -36,7 +36,8 @@ fi
 venv="${MVS_VENV:-.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 # uv installs the package and its ~60 dependencies in 4-8 s where pip takes 21-32 s (2-core CI
-# machine, warm and cold caches; BENCHMARKS.md, session 19); pip stays the fallback.
+# machine, warm and cold caches; session 19, docs/decisions.md "First-run compile"); pip stays the
+# fallback.
 if [ ! -x "$venv/bin/uv" ]; then
   "$venv/bin/python" -m pip install -q uv 2>&1 | grep -v '^WARNING' || true
 fi

@@ -109,9 +109,9 @@ def test_the_graph_sees_lazy_and_relative_imports():
 
 
 def test_the_cuda_path_imports_no_numba():
-    """Numba's import costs 0.2-0.4 s of every GPU run (BENCHMARKS, session 7 profile): the modules
-    a CUDA run loads for its depth, fusion and sampling stages import the Numba twins only inside the CPU
-    branches."""
+    """Numba's import costs 0.2-0.4 s of every GPU run (session 7's profile; docs/decisions.md, "What
+    was kept and dropped outside the stages"): the modules a CUDA run loads for its depth, fusion and
+    sampling stages import the Numba twins only inside the CPU branches."""
     import subprocess
     import sys
 

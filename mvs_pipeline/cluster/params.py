@@ -29,7 +29,7 @@ class ClusterConfig:
     threads_per_worker: int = field(default=1, metadata=meta(
         "tasks each local worker holds at once; they compute one at a time (the solvers use every core "
         "or the whole GPU): more threads only hold the next task ready, which measured no faster on "
-        "the H100 (BENCHMARKS.md, session 12)", "threads", (1, 256)))
+        "the H100 (session 12; docs/decisions.md, One thread per worker)", "threads", (1, 256)))
     cores_per_worker: int | None = field(default=None, metadata=meta(
         "kind=local: CPU cores (Numba threads) each worker's solvers use (null = the machine's cores "
         "shared among the workers; 1 with workers = N measures scale-out one core per worker)",

@@ -23,7 +23,8 @@ one thread per core would otherwise run that many solvers against each other, ea
 caches). A second thread holds the next task ready, hiding Dask's ~1.4 ms between a worker's
 tasks (H100, 40 x 1600x1200: 0.31-0.39 s of idle spans over 240 tasks down to 0.08-0.14 s), but
 the depth stage was no faster: the GPU was still busy with the previous task's queued work
-during those gaps (session 12, BENCHMARKS.md), so one thread stays the default.
+during those gaps (session 12; docs/decisions.md, "One thread per worker, default GIL switch
+interval"), so one thread stays the default.
 The workers start decoding the scene's images as soon as the load stage has prepared them
 (prefetch_images_on_workers), while the client selects views: at 3200x2130 decoding in the first
 pass took ~3 s of a 10.6 s depth stage on 4 GPUs.

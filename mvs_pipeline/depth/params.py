@@ -11,7 +11,9 @@ from typing import Literal
 
 from ..field_meta import meta
 
-# `depth.coarsest_max_size: auto` (auto_coarsest_max_size below). The measured regimes:
+# `depth.coarsest_max_size: auto` (auto_coarsest_max_size below); why, in short: docs/decisions.md,
+# "The pyramid's coarsest image". The sections named below are the old session diary's
+# (`git show ec29931:BENCHMARKS.md`), which has the full tables. The measured regimes:
 # - 1000 px, the default before `auto` (3200 px ETH3D images get 3 scales: 3200, 1600, 800), is
 #   what the quality suite measured at 800 px (courtyard: 1 scale) and 1600 px (DTU: 2);
 # - configs/small.yaml's 160 px for images of at most ~640 px (its header): 320 px gets 2 scales,
@@ -19,16 +21,16 @@ from ..field_meta import meta
 #   weak texture. Measured when small was made (commit 28ebe90, CPU, 8-view 320x240 object,
 #   tests/evaluation/test_eval_end_to_end.py): F1@5cm 0.63 with one scale, 0.73 with two (both
 #   min_consistent 2). Issue #16 reports `-c small` ahead on the 10-view 320x240 object (F1 0.77 vs
-#   0.58), but small then also set fusion.min_consistent 1 against a default of 2. With today's
-#   defaults (BENCHMARKS.md, "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
+#   0.58), but small then also set fusion.min_consistent 1 against a default of 2. With the
+#   defaults of the time (the diary's "Defaults that adapt", CPU, the object at 160x120): one scale F1@2cm
 #   0.648, two (coarsest 80 px) 0.695, three (40 px) 0.635: a coarser scale pays down to ~80 px.
-#   Session 9 (BENCHMARKS.md, "The pyramid of 320 px images", CPU, default config otherwise): at
+#   Session 9 (the diary's "The pyramid of 320 px images", CPU, default config otherwise): at
 #   320x240 a third scale (coarsest 80x60) against small's two (160x120), F1@2cm: rooms 0.337 ->
 #   0.384 and 0.329 -> 0.374 (seeds 102, 112; depth within 1 % +10 pp: their white walls need the
 #   wider context), objects 0.862 -> 0.854 and 0.886 -> 0.879 (seeds 101, 111); a fourth (40x30)
 #   drops the room to 0.290. So up to 320 px the images are halved until at most 120 px: 320 px
 #   and 160 px images get a coarsest image of 80 px, 300 px one of 75 px, 96 px keeps one scale.
-#   On the H100 (session 10, BENCHMARKS.md "The pyramid on the GPU"), the full quality suite
+#   On the H100 (session 10, the diary's "The pyramid on the GPU"), the full quality suite
 #   confirmed 320 px (rooms 0.339 -> 0.381, objects -0.008 and -0.006), and at 640x480 a coarsest
 #   image of 80 px (4 scales) against small's 160 px (3): room 0.411 -> 0.436, object 0.914 -> 0.910.
 # The rule takes 120 px up to 640 px (small.yaml's size bound) and the former default above it;
@@ -52,8 +54,9 @@ def auto_coarsest_max_size(long_side: int) -> tuple[int, str]:
 
 # `depth.filter_median: auto` (auto_filter_median below). The median over checkerboard neighbours
 # smooths the final maps' noise on large images, but on small ones a pixel covers so much surface
-# that it erodes outlines and thin parts. Measured (session 18, BENCHMARKS.md "The depth post-filters
-# on the quality suite", H100, default config otherwise), F1@2cm median on -> off: objects 10 x
+# that it erodes outlines and thin parts. Measured (session 18, H100, default config otherwise;
+# docs/decisions.md, "The median post-filter"; the table: the section "The depth post-filters on the
+# quality suite" of `git show ec29931:BENCHMARKS.md`), F1@2cm median on -> off: objects 10 x
 # 320x240 0.850 -> 0.864 and 0.881 -> 0.886 (accuracy up too), rooms 14 x 320x240 0.383 -> 0.397 and
 # 14 x 640x480 0.436 -> 0.452; courtyards 20 x 800x600 0.893 -> 0.889 and 0.892 -> 0.889 (accuracy
 # 0.937 -> 0.928). So off up to the same 640 px as the pyramid's rule, on above it.
@@ -91,7 +94,7 @@ class DepthConfig:
         "ACMP planar prior: after the coarsest scale's photometric pass, a second photometric pass whose "
         "hypotheses pay patchmatch.planar_prior_weight for leaving planes triangulated from reliable pixels "
         "(planar_prior.py); off: on the CPU room it gained 3 pp at one scale, < 1 pp with the pyramid "
-        "(BENCHMARKS.md), for one more photometric pass"))
+        "(BENCHMARKS.md, Planar prior), for one more photometric pass"))
     planar_prior_max_cost: float = field(default=0.1, metadata=meta(
         "planar prior: a pixel is reliable (support point, and left without prior) below this cost (ACMP 0.1)",
         "cost", (0.0, 2.0)))

@@ -73,7 +73,8 @@ class Scan:
         other order moves points by up to one float32 step, which puts points lying on a voxel
         face into the neighbouring cell: ((r0 x + r1 y) + r2 z) + t (Eigen's Affine3f * p, which
         we used before issue #19) left completeness up to 8.4e-3 off on clouds with a missing
-        region, rounding the float64 product up to 0.025 off (BENCHMARKS.md)."""
+        region, rounding the float64 product up to 0.025 off (docs/decisions.md, "The evaluator copies
+        the official program's float32 arithmetic")."""
         R = self.rotation.astype(np.float32)
         t = self.translation.astype(np.float32)
         p = np.asarray(self.points, dtype=np.float32)

@@ -8,7 +8,8 @@ one. So a pixel is also blocked when the straight path from it to its nearest ba
 only the colour test), where that background pixel lies in an open region (at least
 OPEN_BACKGROUND_SHARE of the image: sky, not a hole in a smooth surface, which this test cannot
 tell from sky). On Chateau de Sceaux's sky the largest gradient on an 8 px path is below 4
-in 97-98 % of cases and the sky's outline is above 4 at 90 % of its pixels (BENCHMARKS.md, session 15).
+in 97-98 % of cases and the sky's outline is above 4 at 90 % of its pixels (session 15;
+docs/decisions.md, "The halo along roofs").
 """
 
 from __future__ import annotations

@@ -9,14 +9,15 @@ from typing import Literal
 
 from ..field_meta import meta
 
-# `fusion.min_consistent: auto` (auto_min_consistent below). benchmarks/sweep_fusion.py (BENCHMARKS.md,
-# session 6) measured the scenes of the quality suite and DTU scan 24, where a sparse point is seen
-# by a median of 4-6 views (over observations), so 3-5 other views could agree: requiring 1 agreeing
-# view beat 2 by 3-8 pp F1@2cm on every synthetic scene, and 3 or 4 lost more. So a requirement
-# costs completeness unless at least 4 other views per required agreement see the region; the rule
-# asks for one agreement per 4 such views (at least 1), and only neighbours can agree, so at most
-# num_neighbors count. It gives 1 on every measured scene (today's default, the small preset's
-# value); 2 only where regions are seen by 9+ views, which no measurement covers yet.
+# `fusion.min_consistent: auto` (auto_min_consistent below). benchmarks/sweep_fusion.py (session 6;
+# docs/decisions.md, "The agreement thresholds" and "`fusion.min_consistent` stays 1") measured the
+# scenes of the quality suite and DTU scan 24, where a sparse point is seen by a median of 4-6 views
+# (over observations), so 3-5 other views could agree: requiring 1 agreeing view beat 2 by 3-8 pp F1@2cm
+# on every synthetic scene, and 3 or 4 lost more. So a requirement costs completeness unless at least 4
+# other views per required agreement see the region; the rule asks for one agreement per 4 such views (at
+# least 1), and only neighbours can agree, so at most num_neighbors count. It gives 1 on every measured
+# scene (today's default, the small preset's value); 2 only where regions are seen by 9+ views, which no
+# measurement covers yet.
 VIEWS_PER_AGREEMENT = 4  # other views seeing a region per required agreeing neighbour
 
 
@@ -53,9 +54,10 @@ class FusionConfig:
         "a neighbour agrees only if its own 3D point reprojects this close to the reference pixel", "px", (0.0, 100.0)))
     max_depth_diff: float = field(default=0.01, metadata=meta(
         "largest |projected depth - neighbour depth| / neighbour depth for agreement", "fraction", (0.0, 1.0)))
-    # Defaults chosen by benchmarks/sweep_fusion.py (BENCHMARKS.md, session 6): one agreeing neighbour,
-    # 30 degrees and at most one free-space violation gave the best F1 at 2 cm on every synthetic
-    # scene of the quality suite; DTU scan 24 trades 0.5 pp mask precision for coverage.
+    # Defaults chosen by benchmarks/sweep_fusion.py (session 6; docs/decisions.md, "The agreement
+    # thresholds"): one agreeing neighbour, 30 degrees and at most one free-space violation gave the
+    # best F1 at 2 cm on every synthetic scene of the quality suite; DTU scan 24 trades 0.5 pp mask
+    # precision for coverage.
     max_normal_angle: float = field(default=30.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
     # 1, not auto: auto's 2 on scenes of 40+ views (fewer points) has no F1 measurement yet
@@ -71,20 +73,20 @@ class FusionConfig:
     min_triangulation_angle: float = field(default=0.0, metadata=meta(
         "drop a point unless some agreeing neighbour's ray meets the reference ray at this angle or more "
         "(0 = no check)", "degrees", (0.0, 90.0)))
-    # 1 grey level, measured (BENCHMARKS.md, session 13, H100): on Chateau de Sceaux's photos the
-    # fused points cover 0.38-0.45 of the photos' blue sky instead of 0.86-0.95 (2.2 M of 9.7 M points
-    # gone) with the ground's cover unchanged (0.955-0.957); the synthetic suite's F1 and DTU's mask
-    # scores moved by <= 1e-4. 1.5 costs the synthetic room 7 pp of F1 (its walls vary by ~1.5 grey
-    # levels of sensor noise), 2 the courtyard 0.4 pp and DTU 0.2 pp of coverage.
+    # 1 grey level, measured (session 13, H100; docs/decisions.md, "Textureless pixels out"): on Chateau
+    # de Sceaux's photos the fused points cover 0.38-0.45 of the photos' blue sky instead of 0.86-0.95
+    # (2.2 M of 9.7 M points gone) with the ground's cover unchanged (0.955-0.957); the synthetic suite's
+    # F1 and DTU's mask scores moved by <= 1e-4. 1.5 costs the synthetic room 7 pp of F1 (its walls vary
+    # by ~1.5 grey levels of sensor noise), 2 the courtyard 0.4 pp and DTU 0.2 pp of coverage.
     min_texture: float = field(default=1.0, metadata=meta(
         "ignore pixels whose 11x11 neighbourhood in the image has a grey-level standard deviation below this "
         "(textureless sky and blank walls, where matching costs are noise; 0 = keep all)", "grey levels 0-255",
         (0.0, 255.0)))
-    # 1e-4 with a 10 % step, measured (BENCHMARKS.md, session 14, H100): on Chateau de Sceaux's photos
-    # the fused points cover 0.31 / 0.24 of two photos' blue sky instead of 0.45 / 0.38 (the speckles
-    # go; about 0.23 is the roof halo and sky-coloured building), the ground 0.948 / 0.933 instead of
-    # 0.957 / 0.955; the quick suite's F1 and DTU's mask scores moved by <= 2e-4. A 2 % step fragments
-    # the gravel ground (0.855 / 0.754 of it left at 1e-4).
+    # 1e-4 with a 10 % step, measured (session 14, H100; docs/decisions.md, "Speckles out"): on Chateau
+    # de Sceaux's photos the fused points cover 0.31 / 0.24 of two photos' blue sky instead of 0.45 /
+    # 0.38 (the speckles go; about 0.23 is the roof halo and sky-coloured building), the ground 0.948 /
+    # 0.933 instead of 0.957 / 0.955; the quick suite's F1 and DTU's mask scores moved by <= 2e-4. A 2 %
+    # step fragments the gravel ground (0.855 / 0.754 of it left at 1e-4).
     min_segment: float = field(default=1e-4, metadata=meta(
         "ignore pixels of depth-map segments smaller than this share of the image's pixels (speckles: "
         "floaters in the sky; 1e-4 = 640 px of a 2947x2173 image, 8 px of 320x240; 0 = keep all)",
@@ -92,26 +94,29 @@ class FusionConfig:
     segment_depth_step: float = field(default=0.1, metadata=meta(
         "neighbouring pixels belong to one segment of min_segment when their depths differ by less than "
         "this, relative", "fraction", (0.0001, 1.0)))
-    # 8 px, measured (BENCHMARKS.md, session 14, H100): on Chateau de Sceaux's photos the light outline
-    # of the roofs' depth carried onto the sky goes for most of the roofs (renders in docs/renders/),
-    # the ground's cover is unchanged; the quick suite's F1 and DTU's mask scores moved by <= 2e-4.
-    # Cost, with min_segment: fusion 5.4 -> 7.2-8.0 s at 40 x 3200x2130 (97207f4).
+    # 8 px, measured (session 14, H100; docs/decisions.md, "The halo along roofs"): on Chateau de
+    # Sceaux's photos the light outline of the roofs' depth carried onto the sky goes for most of the
+    # roofs (renders in docs/renders/), the ground's cover is unchanged; the quick suite's F1 and DTU's
+    # mask scores moved by <= 2e-4. Cost, with min_segment: fusion 5.4 -> 7.2-8.0 s at 40 x 3200x2130
+    # (97207f4).
     halo_radius: int = field(default=8, metadata=meta(
         "ignore pixels this close to the edge of the region with depth whose colour is the background's "
         "(the halo of a roof's depth carried onto the sky; fusion/halo.py; 0 = keep all)", "px", (0, 64)))
-    # 4 grey levels per px, measured (BENCHMARKS.md, session 15, H100/H200): Chateau de Sceaux's photos
-    # put the line there (an 8 px path through open sky crosses a larger gradient in 2-3 % of cases,
-    # the sky's outline is weaker at 10 % of its pixels). On Sceaux it clears most of the blue speckles
-    # left in the open sky (renders in docs/renders/), the ground's cover unchanged; the quick suite's
-    # F1 moved by <= 1e-4, DTU's mask scores not at all; no cost measurable at 40 x 3200x2130.
+    # 4 grey levels per px, measured (session 15, H100/H200; docs/decisions.md, "The halo along roofs"):
+    # Chateau de Sceaux's photos put the line there (an 8 px path through open sky crosses a larger
+    # gradient in 2-3 % of cases, the sky's outline is weaker at 10 % of its pixels). On Sceaux it clears
+    # most of the blue speckles left in the open sky (renders in docs/renders/), the ground's cover
+    # unchanged; the quick suite's F1 moved by <= 1e-4, DTU's mask scores not at all; no cost measurable
+    # at 40 x 3200x2130.
     halo_edge: float = field(default=4.0, metadata=meta(
         "with halo_radius: also ignore pixels from which the region without depth is reached in a straight "
         "line without crossing an image edge this strong (the carried depth where roof and sky have one "
         "colour; largest RGB channel, 3x3 Sobel / 8; 0 = colour test only)", "grey levels per px", (0.0, 255.0)))
-    # auto, measured (BENCHMARKS.md, session 17, H100, quality suite): false gave the 800x600 courtyards
-    # F1 0.877 -> 0.893 at 2 cm and 0.68 -> 0.735 at 1 cm (denser sampling of grazing ground), the
-    # 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the points; at 40 x 3200x2130 it gave 250 M
-    # points, so auto keeps the pixels of small and medium scenes only (AUTO_KEEP_PIXELS_MAX).
+    # auto, measured (session 17, H100, quality suite; docs/decisions.md, "Denser fusion on small
+    # scenes"): false gave the 800x600 courtyards F1 0.877 -> 0.893 at 2 cm and 0.68 -> 0.735 at 1 cm
+    # (denser sampling of grazing ground), the 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the
+    # points; at 40 x 3200x2130 it gave 250 M points, so auto keeps the pixels of small and medium scenes
+    # only (AUTO_KEEP_PIXELS_MAX).
     consume_pixels: bool | Literal["auto"] = field(default="auto", metadata=meta(
         "a pixel that joined a fused point is used up, so no later view emits that surface again (COLMAP, "
         "ACMM); false = every view emits a point from each of its consistent pixels: a denser cloud of ~3x "

@@ -13,7 +13,8 @@ One default is ours: num_refine = 8 adds 3 normal-only hypotheses (turned by 4, 
 perturbation) to ACMH's 5. On the synthetic courtyard (640x480, 8 sources, 3 iterations) the
 median normal error of the CPU backend over views 0 and 10 is 9.93 degrees with 8 and 10.15
 with 5, which misses the issue's 10-degree bar; on the GPU over 10 views 8.69 vs 8.99
-(benchmarks/bench_patchmatch_quality.py, BENCHMARKS.md). 5 costs ~8 % less time per iteration;
+(benchmarks/bench_patchmatch_quality.py; BENCHMARKS.md, "PatchMatch"). 5 costs ~6 % less time per
+iteration (17.89 against 18.99 ms at 1600x1066 with 20 sources, H100);
 num_refine = 5 is ACMM, and configs/fast.yaml uses it.
 """
 
@@ -84,7 +85,9 @@ class PatchMatchParams:
     # pixel's prior plane, weight * (1 - exp(-(rel. depth error)^2 / (2 sigma_depth^2) - (1 - cos angle) /
     # sigma_angle^2)), added to its view-weighted photometric cost (cpu/planar.py).
     # weight 0.2: CPU, 8 views 320x240 at one scale, final maps within 1 %: room 0.347 off, 0.374 / 0.379 / 0.380 at
-    # 0.1 / 0.2 / 0.3; courtyard (textured) 0.736 off, 0.737 / 0.733 / 0.731 (BENCHMARKS.md)
+    # 0.1 / 0.2 / 0.3; courtyard (textured) 0.736 off, 0.737 / 0.733 / 0.731 (section "Planar prior" of
+    # the old diary, `git show ec29931:BENCHMARKS.md`; BENCHMARKS.md's "Planar prior" has the
+    # figures with the pyramid)
     planar_prior_weight: float = field(default=0.2, metadata=meta(
         "planar prior: largest penalty, for a hypothesis far from the prior plane; photometric cost "
         "differences above it outweigh the prior", "cost", (0.0, 2.0)))

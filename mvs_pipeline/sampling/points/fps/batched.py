@@ -7,7 +7,9 @@ does not offer; on the offered points alone the next samples are certain while t
 them stays above every block's unoffered distance, so one exchange yields ~100 samples. The
 sequence is the tree kernel's (58-bit keys, ties to the lower original index), which is the
 Numba twins' and the plain reference's (cpu.py), with the same contract as `fps_tree`.
-Derivation and measurements: BENCHMARKS.md, "FPS: several exact samples per barrier".
+Why: docs/decisions.md, "FPS: the batched exact kernel"; timings: BENCHMARKS.md, "Sampling and FPS".
+The derivation in full (a CPU study): the section "FPS: several exact samples per barrier" of the
+old session diary, `git show ec29931:BENCHMARKS.md`.
 """
 
 from __future__ import annotations
