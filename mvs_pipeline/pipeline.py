@@ -348,6 +348,11 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
     ctx.backend = _resolve_run_backend(ctx.cfg)
     log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
+    if ctx.backend == "cuda" and ctx.cfg.gpu_memory is not None:   # before any stage allocates
+        from .gpu.memory_budget import set_budget  # noqa: PLC0415
+
+        set_budget(ctx.cfg.gpu_memory)
+        log.info("GPU memory budget: %.3g GiB", ctx.cfg.gpu_memory)
     fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     with output_folder_lock(ctx.out_dir):   # before the leftovers go: they may be another run's files

@@ -39,6 +39,9 @@ def register(sub) -> None:
                         "scheduler whose workers see OUT at the same path (overrides the config's cluster "
                         "section; needs pip install 'mvs-pipeline[cluster]')")
     p.add_argument("--gt", type=Path, default=None, help="ETH3D scan_alignment.mlp to evaluate against")
+    p.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                   help="GPU memory budget in GiB that every stage keeps within (same as --set gpu_memory=GIB; "
+                        "default: what is free)")
     p.set_defaults(func=main)
 
 
@@ -60,7 +63,8 @@ def _compile_later_stages_ahead(ctx: RunContext, stages: list[str]):
 def main(args: argparse.Namespace) -> int:
     if args.resume_only and args.overwrite:
         raise MVSError("--resume-only and --overwrite contradict each other: give one of them")
-    cfg = load_config(args.config, args.overrides)
+    overrides = [*(args.overrides or []), *([f"gpu_memory={args.gpu_memory}"] if args.gpu_memory is not None else [])]
+    cfg = load_config(args.config, overrides)
     cfg = dataclasses.replace(cfg, cluster=cluster_from_cli(args.cluster, cfg.cluster))
     ctx = RunContext(cfg=cfg, workspace=args.workspace, out_dir=args.out, overwrite=args.overwrite,
                      progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt,

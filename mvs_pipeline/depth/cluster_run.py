@@ -142,11 +142,13 @@ class WorkerCaches:
         self.textures = None
         max_map_bytes = 1 << 30
         if job.backend == "cuda":
-            from ..gpu.loader import import_cupy  # noqa: PLC0415
+            from ..gpu.memory_budget import set_budget, usable_bytes  # noqa: PLC0415
             from .patchmatch.cuda import TextureCache  # noqa: PLC0415
 
+            if job.cfg.gpu_memory is not None:   # each worker process keeps within the run's budget
+                set_budget(job.cfg.gpu_memory)
             self.textures = TextureCache()
-            max_map_bytes = import_cupy().cuda.runtime.memGetInfo()[0] // 4
+            max_map_bytes = usable_bytes() // 4
         worker = current_worker()
         images = _worker_images(worker, job.scene,
                                 _decoder_threads(job.workers_per_host, worker.address if worker else None),

@@ -55,6 +55,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import MVSError
+from ..gpu.memory_budget import usable_bytes
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import write_cloud_preview
 from ..io.fused_ply import FusedCloudWriter, PackedChunk, pack_chunk
@@ -146,8 +147,7 @@ class _CudaEngine:
         self._out: dict | None = None
 
     def budget_bytes(self) -> int:
-        free, _ = self.cp.cuda.Device().mem_info
-        return int(0.5 * (free + self.pool.free_bytes()))
+        return int(0.5 * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
 
     def open(self, capacity: int, max_pixels: int) -> None:
         pass

@@ -16,6 +16,7 @@ import numpy as np
 
 from mvs_pipeline.gpu.checks import check_array
 from mvs_pipeline.gpu.loader import get_kernel, import_cupy, on_gpu
+from mvs_pipeline.gpu.memory_budget import texture_bytes
 
 from .layout import NUM_FPARAMS, NUM_IPARAMS, layout_compile_options
 from .params import MAX_NUM_REFINE
@@ -102,9 +103,9 @@ class TextureCache:
 
     def __init__(self, max_bytes: int | None = None):
         cp = import_cupy()
-        if max_bytes is None:
+        if max_bytes is None:   # a quarter of free memory, within the run's budget (gpu/memory_budget.py)
             free, _ = cp.cuda.runtime.memGetInfo()
-            max_bytes = free // 4
+            max_bytes = min(free // 4, texture_bytes() or free)
         self.max_bytes = int(max_bytes)
         self.bytes = 0
         self._entries: dict = {}   # key -> (array, texture object, bytes); insertion order = recency

@@ -84,11 +84,10 @@ def check_index(index, n: int, name: str = "start_index") -> int:
 
 
 def gpu_free_bytes() -> int:
-    """Free device memory plus what CuPy's pool holds but does not use."""
-    import cupy  # noqa: PLC0415
+    """Free device memory plus what CuPy's pool holds but does not use, within the run's budget."""
+    from ...gpu.memory_budget import usable_bytes  # noqa: PLC0415
 
-    free, _total = cupy.cuda.runtime.memGetInfo()
-    return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+    return usable_bytes()
 
 
 def fits_on_gpu(need_bytes: int, free_bytes: int, headroom: float = 0.9) -> bool:
