@@ -7,18 +7,23 @@ and the share of the points that some view sees against its background (sky, bac
 which the ETH3D scores do not see; synth/background_points.py).
 DTU row: mask precision (all views, 90 % of views) and mask coverage of fused.ply, with the masks
 also given to fusion (as the DTU README asks); units there are millimetres.
-With --oracle, each synthetic row also scores the scene's oracle cloud (synth/oracle.py: the
-ground-truth depth of every view, where two views see it): what perfect depth maps would reach,
-since the scans also cover surfaces that no camera sees.
+Each synthetic row also scores the scene's oracle cloud (synth/oracle.py: the ground-truth depth
+of every view, where two views see it; --no-oracle skips it): what perfect depth maps would reach,
+since the scans may cover surfaces that no camera sees.
+With --acmmp DIR (../shared/anchors/acmmp copied into the checkout, on a GPU machine), every row is
+also run through ACMMP (ACMH + ACMM + planar prior, the reference code) and scored the same way:
+the column to beat (issue #37). ACMMP seeds its random start anew on each run, so its scores move
+by about a point between runs.
 
     python benchmarks/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
-    python benchmarks/bench_quality.py --suite full --oracle
+    python benchmarks/bench_quality.py --suite full --acmmp .anchors/acmmp
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +76,27 @@ def oracle_scores(scene: Path) -> dict:
                                   tolerances=TOLERANCES))
 
 
+def acmmp_cloud(acmmp: Path, scene: Path, work: Path) -> tuple[Path, float]:
+    """(ACMMP's fused cloud of `scene`, its seconds: conversion and run) through the anchor's run.sh."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["bash", str(acmmp / "run.sh"), str(scene), str(work)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"ACMMP failed on {scene} ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return work / "acmmp_fused.ply", round(time.perf_counter() - t0, 1)
+
+
+def acmmp_synthetic(acmmp: Path, scene: Path, work: Path) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
+    from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: PLC0415
+    from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
+    from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
+
+    ply, seconds = acmmp_cloud(acmmp, scene, work)
+    xyz = read_ply(ply).xyz.astype(np.float64)
+    eth = evaluate_eth3d(xyz, load_scans(scene / "gt" / "eth3d" / "scan_alignment.mlp"), tolerances=TOLERANCES)
+    return {"points": len(xyz), "seconds": seconds, **_scores(eth), "on_background": background_share(scene, ply)}
+
+
 def background_share(scene: Path, cloud: Path) -> float:
     """Share of `cloud`'s points that some view of the synthetic `scene` sees against its background."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
@@ -84,7 +110,7 @@ def background_share(scene: Path, cloud: Path) -> float:
 
 
 def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
-                  oracle: bool = False) -> dict:
+                  oracle: bool = True, acmmp: Path | None = None) -> dict:
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
     out = root / f"{name}_out"
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
@@ -93,10 +119,12 @@ def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, se
            "on_background": background_share(scene, out / "fused.ply")}
     if oracle:
         row["oracle"] = oracle_scores(scene)
+    if acmmp is not None:
+        row["acmmp"] = acmmp_synthetic(acmmp, scene, root / f"{name}_acmmp")
     return row
 
 
-def dtu_row(root: Path, dtu: Path, extra: list[str]) -> dict:
+def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None) -> dict:
     out = root / "dtu_scan24_out"
     masks = str((dtu / "masks").resolve())
     # the masks are the object's silhouettes (fusion.mask_silhouettes; false gives the former row)
@@ -104,12 +132,28 @@ def dtu_row(root: Path, dtu: Path, extra: list[str]) -> dict:
                "--set", "fusion.mask_silhouettes=true", "--set", f"evaluate.mask_dir={masks}",
                "--set", "evaluate.clouds=[fused]", *extra)
     m = json.loads((out / "eval" / "masks_fused.json").read_text())
-    return {"scene": "dtu_scan24 (49 x 1600x1200, masks in fusion as silhouettes)", "points": m["points"],
-            "seconds": round(wall, 1), "mask_precision_all": round(m["precision_all"], 4),
-            "mask_precision_90": round(m["precision_90"], 4), "mask_coverage": round(m["coverage"], 4)}
+    row = {"scene": "dtu_scan24 (49 x 1600x1200, masks in fusion as silhouettes)", "points": m["points"],
+           "seconds": round(wall, 1), **_mask_cells(m)}
+    if acmmp is not None:   # ACMMP has no mask input: its cloud scored against the same masks
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics  # noqa: PLC0415
+        from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
+
+        ply, seconds = acmmp_cloud(acmmp, dtu, root / "dtu_scan24_acmmp")
+        xyz = read_ply(ply).xyz.astype(np.float64)
+        row["acmmp"] = {"points": len(xyz), "seconds": seconds,
+                        **_mask_cells(mask_metrics(xyz, cameras_from_model(out / "sparse"), dtu / "masks"))}
+    return row
+
+
+def _mask_cells(m: dict) -> dict:
+    return {"mask_precision_all": round(m["precision_all"], 4), "mask_precision_90": round(m["precision_90"], 4),
+            "mask_coverage": round(m["coverage"], 4)}
 
 
 def table(rows: list[dict]) -> str:
+    """Our rows, each followed by ACMMP's on the same scene where it ran."""
+    rows = [x for r in rows for x in ([r, {**r["acmmp"], "scene": "  ACMMP, same scene"}] if "acmmp" in r else [r])]
     oracle = any("oracle" in r for r in rows)
     lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES)
              + " | on background |" + (" oracle comp / F1 @2 cm |" if oracle else ""),
@@ -136,18 +180,20 @@ def main(argv=None) -> int:
     ap.add_argument("--no-synthetic", action="store_true", help="only the DTU row")
     ap.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bench_quality")
     ap.add_argument("--args", default="", help="extra arguments for every `run` (the suite means no flags)")
-    ap.add_argument("--oracle", action="store_true",
-                    help="also score each synthetic scene's oracle cloud (perfect depth where two views see it)")
+    ap.add_argument("--no-oracle", dest="oracle", action="store_false",
+                    help="skip the oracle cloud's scores (perfect depth where two views see it)")
+    ap.add_argument("--acmmp", type=Path, help="the ACMMP anchor folder (run.sh, the binary): its scores on "
+                    "every row too")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     extra = args.args.split()
     rows = []
     t0 = time.perf_counter()
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
-        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle))
+        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp))
         print(json.dumps(rows[-1]), flush=True)
     if args.dtu is not None:
-        rows.append(dtu_row(args.root, args.dtu, extra))
+        rows.append(dtu_row(args.root, args.dtu, extra, acmmp=args.acmmp))
         print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
     print(f"total {time.perf_counter() - t0:.0f} s")
