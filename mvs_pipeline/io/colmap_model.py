@@ -153,15 +153,18 @@ def _read_binary(folder: Path) -> _Model:
     return model
 
 
-GATHER_CHUNK = 4_000_000  # elements per vectorised gather (bounds the index temporaries to ~130 MB)
-
-
-def _gather(u8: np.ndarray, offsets: np.ndarray, nbytes: int, dtype: str) -> np.ndarray:
-    """The values of `dtype` (nbytes each) at byte `offsets` of an unaligned buffer, [len(offsets)]."""
-    out = np.empty(len(offsets), dtype=np.dtype(dtype).newbyteorder("<"))
-    for a in range(0, len(offsets), GATHER_CHUNK):
-        idx = offsets[a:a + GATHER_CHUNK, None] + np.arange(nbytes)
-        out[a:a + GATHER_CHUNK] = u8[idx].view(out.dtype).reshape(-1)
+def _gather(data: bytes, offsets: np.ndarray, dtype: str) -> np.ndarray:
+    """The little-endian values of `dtype` at byte `offsets` of `data` (any alignment): one
+    zero-copy view of the buffer per byte phase, each value taken from the view of its phase."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    offsets = offsets.reshape(-1)
+    out = np.empty(len(offsets), dtype=dt)
+    phase = offsets % dt.itemsize
+    for k in range(dt.itemsize):
+        sel = phase == k
+        if sel.any():
+            view = np.frombuffer(data, dtype=dt, offset=k, count=(len(data) - k) // dt.itemsize)
+            out[sel] = view[(offsets[sel] - k) // dt.itemsize]
     return out
 
 
@@ -185,14 +188,13 @@ def _read_points_binary(r: _Reader) -> ModelPoints:
             raise r.truncated()
     r.pos = pos
     r.finish(n)
-    u8 = np.frombuffer(data, dtype=np.uint8)
     # element e of point p sits at starts[p] + 51 + 8 (e - first element of p)
     element_starts = np.repeat(starts + 51 - 8 * (np.cumsum(lengths) - lengths), lengths) + 8 * np.arange(lengths.sum())
-    return ModelPoints(_gather(u8, starts, 8, "u8").astype(np.int64),
-                       _gather(u8, np.repeat(starts + 8, 3) + np.tile([0, 8, 16], n), 8, "f8").reshape(-1, 3),
-                       u8[starts[:, None] + 32 + np.arange(3)].reshape(-1, 3), lengths,
-                       _gather(u8, element_starts, 4, "u4").astype(np.int64),
-                       _gather(u8, element_starts + 4, 4, "u4").astype(np.int64))
+    return ModelPoints(_gather(data, starts, "u8").astype(np.int64),
+                       _gather(data, (starts + 8)[:, None] + np.array([0, 8, 16]), "f8").reshape(-1, 3),
+                       _gather(data, (starts + 32)[:, None] + np.arange(3), "u1").reshape(-1, 3), lengths,
+                       _gather(data, element_starts, "u4").astype(np.int64),
+                       _gather(data, element_starts + 4, "u4").astype(np.int64))
 
 
 def _lines(path: Path):

@@ -170,7 +170,8 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    if all(v.camera_model in PINHOLE_MODELS for v in scene.views):
+    pinhole = all(v.camera_model in PINHOLE_MODELS for v in scene.views)
+    if pinhole:
         _write_pinhole_workspace(rec, scene, staging, cfg.max_image_size, progress)
     else:
         _undistort_workspace(cfg, layout, scene, staging)
@@ -181,7 +182,10 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
         os.replace(staging / name, target)
     (out_dir / "stereo").mkdir(exist_ok=True)
     shutil.rmtree(staging)
-    prepared = read_scene(out_dir / "images", out_dir / "sparse")
+    if pinhole:   # the model just written is `rec` (cameras rescaled in place), its points the input's
+        prepared = scene_from_reconstruction(rec, out_dir / "images", out_dir / "sparse", points)
+    else:
+        prepared = read_scene(out_dir / "images", out_dir / "sparse")
     log.info("load: %d views, %d sparse points -> %s", prepared.num_views, len(prepared.points_in_world), out_dir)
     return prepared
 

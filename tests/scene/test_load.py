@@ -86,6 +86,19 @@ def test_max_image_size_rescales_images_and_intrinsics(tmp_path):
             proj = cam.img_from_cam(im.cam_from_world() * xyz)
             np.testing.assert_allclose(proj, p2d.xy, atol=1e-6)
     assert rec.cameras[1].width == 80  # input untouched
+    # the scene the stage returns (built from the model it wrote, not read back) is the one on disk
+    _assert_same_scene(scene, read_scene(tmp_path / "out" / "images", tmp_path / "out" / "sparse"))
+
+
+def _assert_same_scene(a, b):
+    assert [(v.image_id, v.name, v.image_path, v.width, v.height) for v in a.views] == \
+        [(v.image_id, v.name, v.image_path, v.width, v.height) for v in b.views]
+    for va, vb in zip(a.views, b.views):
+        for field in ("K", "R", "t"):
+            np.testing.assert_array_equal(getattr(va, field), getattr(vb, field))
+    for field in ("points_in_world", "point_colors", "track_offsets", "track_view_idx"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert (a.images_dir, a.sparse_dir) == (b.images_dir, b.sparse_dir)
 
 
 def test_non_pinhole_is_undistorted(tmp_path):
