@@ -12,6 +12,7 @@ intrinsics together. Work happens in OUT/.load.partial and is moved into place a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -27,7 +28,7 @@ from ..errors import MVSError
 from ..io.image_size import rescaled_size
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
 from .workspace import (WorkspaceLayout, detect_layout, has_model, read_model, read_scene,
-                        scene_from_reconstruction)
+                        scene_from_reconstruction, views_from_reconstruction)
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,8 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
     (out_dir / "stereo").mkdir(exist_ok=True)
     shutil.rmtree(staging)
     if pinhole:   # the model just written is `rec` (cameras rescaled in place), its points the input's
-        prepared = scene_from_reconstruction(rec, out_dir / "images", out_dir / "sparse", points)
+        prepared = dataclasses.replace(scene, views=views_from_reconstruction(rec, out_dir / "images", out_dir / "sparse"),
+                                       images_dir=out_dir / "images", sparse_dir=out_dir / "sparse")
     else:
         prepared = read_scene(out_dir / "images", out_dir / "sparse")
     log.info("load: %d views, %d sparse points -> %s", prepared.num_views, len(prepared.points_in_world), out_dir)

@@ -121,6 +121,15 @@ def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sp
     `rec` when None). Views are sorted by image name; checks names and counts. Points are sorted
     by point3D_id, each track by view_idx without repeats; points no registered view sees are
     dropped."""
+    views = views_from_reconstruction(rec, images_dir, sparse_dir)
+    points = model_points_of(rec) if points is None else points
+    xyz, colors, offsets, track = _tracks_by_view_idx(points, np.array([v.image_id for v in views], np.int64))
+    return Scene(views=views, points_in_world=xyz, point_colors=colors, track_offsets=offsets,
+                 track_view_idx=track, images_dir=Path(images_dir), sparse_dir=Path(sparse_dir))
+
+
+def views_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path) -> list[View]:
+    """The registered images as Views, sorted by name (their view_idx); checks names and counts."""
     images_dir = Path(images_dir)
     reg = [rec.images[i] for i in rec.reg_image_ids()]
     if len(reg) < 2:
@@ -140,10 +149,7 @@ def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sp
             K=np.asarray(cam.calibration_matrix(), dtype=np.float64),
             R=np.ascontiguousarray(pose[:, :3], dtype=np.float64), t=np.asarray(pose[:, 3], dtype=np.float64),
         ))
-    points = model_points_of(rec) if points is None else points
-    xyz, colors, offsets, track = _tracks_by_view_idx(points, np.array([v.image_id for v in views], np.int64))
-    return Scene(views=views, points_in_world=xyz, point_colors=colors, track_offsets=offsets,
-                 track_view_idx=track, images_dir=images_dir, sparse_dir=Path(sparse_dir))
+    return views
 
 
 def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
@@ -158,7 +164,9 @@ def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
     view_idx = by_id[pos][registered]
     point_rank = np.repeat(rank, points.track_lengths)[registered]
     n = len(view_image_ids)
-    key = np.sort(point_rank * n + view_idx)  # by point rank, then view_idx
+    key = point_rank * n + view_idx
+    if not np.all(key[1:] >= key[:-1]):   # COLMAP writes points by id, tracks often by image: then no sort
+        key = np.sort(key)  # by point rank, then view_idx
     key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # repeats gone (np.unique hashes: 10x slower)
     point_of_key = key // n
     first = np.flatnonzero(np.concatenate([[True], point_of_key[1:] != point_of_key[:-1]]))[:len(key)]
