@@ -1,0 +1,49 @@
+"""The `mesh` stage's parameters (`mesh/stage.py`): a surface from the fused cloud or the depth maps.
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    # Opt-in: a `run` without --stages adds the mesh stage only when enabled (pipeline.parse_stages);
+    # `--stages ...,mesh` and `mvs-pipeline mesh OUT` run it regardless.
+    enabled: bool = field(default=False, metadata=meta(
+        "run the mesh stage after fusion in a `run` without --stages (OUT/mesh.ply); --stages ...,mesh or "
+        "`mvs-pipeline mesh OUT` run it regardless"))
+    method: Literal["poisson", "tsdf"] = field(default="poisson", metadata=meta(
+        "poisson = screened Poisson of OUT/fused.ply (Open3D), trimmed near the cloud; tsdf = TSDF fusion of "
+        "the depth maps (GPU kernel or CPU twin) and marching cubes (scikit-image)"))
+    # Poisson
+    poisson_depth: int | None = field(default=None, metadata=meta(
+        "octree depth of the Poisson solve (null = the smallest whose finest cell is at most "
+        "poisson_cell_spacings point spacings, 6..12)", "levels", (4, 14)))
+    poisson_cell_spacings: float = field(default=1.5, metadata=meta(
+        "with poisson_depth null: the finest octree cell in point spacings (the cloud's median "
+        "nearest-neighbour distance); denser clouds are pooled to half a cell first", "spacings", (0.25, 100.0)))
+    trim_spacings: float = field(default=3.0, metadata=meta(
+        "remove Poisson vertices farther from every fused point than this many max(point spacing, octree "
+        "cell): the sheets Poisson fills across holes and around the scene", "spacings", (0.5, 1000.0)))
+    # TSDF
+    voxel_size: float | None = field(default=None, metadata=meta(
+        "TSDF voxel edge (null = voxel_pixels times the median pixel footprint, i.e. median depth / focal "
+        "length over the views)", "m", (1e-6, 1e3)))
+    voxel_pixels: float = field(default=1.5, metadata=meta(
+        "with voxel_size null: the voxel edge in pixel footprints", "pixels", (0.1, 100.0)))
+    truncation_voxels: float = field(default=4.0, metadata=meta(
+        "TSDF truncation distance in voxels (a view updates voxels up to this far behind its surface)",
+        "voxels", (1.0, 100.0)))
+    min_views: int = field(default=1, metadata=meta(
+        "a voxel enters marching cubes when at least this many views observed it", "views", (1, 1000)))
+    tile_voxels: int = field(default=128, metadata=meta(
+        "TSDF tile edge: the volume is fused and meshed one tile at a time (24 bytes per voxel: 48 MiB at 128)",
+        "voxels", (8, 1024)))
+    max_map_bytes: int = field(default=2 << 30, metadata=meta(
+        "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel); more views are added to "
+        "each tile in groups", "bytes", (1 << 20, 1 << 40)))
