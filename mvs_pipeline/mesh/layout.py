@@ -38,12 +38,13 @@ def empty_accumulators(xp, shape: tuple[int, int, int]) -> dict:
 
 
 def finish(xp, acc: dict, shape: tuple[int, int, int], min_weight: float):
-    """(tsdf [nx, ny, nz] float32: the mean, 1 where unobserved; observed [nx, ny, nz] bool;
-    rgb [nx, ny, nz, 3] float32 mean colour, 0 where no view coloured the voxel). Array code that
-    runs on NumPy or CuPy alike."""
+    """(tsdf [nx, ny, nz] float32: the mean over the views, NaN where fewer than min_weight views
+    observed the voxel; rgb [nx, ny, nz, 3] float32 mean colour, 0 where no view coloured it). Array
+    code that runs on NumPy or CuPy alike; only the field (4 bytes a voxel) leaves the GPU, the
+    colours are gathered at the vertices (tsdf.py)."""
     w = acc["weight"]
     observed = w >= xp.float32(max(min_weight, 1.0))
-    tsdf = xp.where(observed, acc["sdf_sum"] / xp.maximum(w, xp.float32(1.0)), xp.float32(1.0))
+    tsdf = xp.where(observed, acc["sdf_sum"] / xp.maximum(w, xp.float32(1.0)), xp.float32(xp.nan))
     cw = xp.maximum(acc["rgb_weight"], xp.float32(1.0))[:, None]
     rgb = acc["rgb_sum"] / cw
-    return tsdf.reshape(shape), observed.reshape(shape), rgb.reshape(*shape, 3)
+    return tsdf.reshape(shape), rgb.reshape(*shape, 3)

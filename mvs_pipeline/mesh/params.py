@@ -41,9 +41,13 @@ class MeshConfig:
         "voxels", (1.0, 100.0)))
     min_views: int = field(default=1, metadata=meta(
         "a voxel enters marching cubes when at least this many views observed it", "views", (1, 1000)))
-    tile_voxels: int = field(default=128, metadata=meta(
-        "TSDF tile edge: the volume is fused and meshed one tile at a time (24 bytes per voxel: 48 MiB at 128)",
-        "voxels", (8, 1024)))
+    # 32 on the CPU, measured (object 10x320x240, 2 cores): the twin's time grows with the voxels
+    # visited, and 32^3 tiles visit a quarter of the voxels of 128^3 ones near the surface (17 s
+    # instead of 51-62 s, the same mesh). 64 on the GPU, not yet measured (scripts/bench_mesh.py):
+    # there each tile costs a launch, a download and a scikit-image call on the host.
+    tile_voxels: int | None = field(default=None, metadata=meta(
+        "TSDF tile edge: the volume is fused and meshed one tile at a time (24 bytes per voxel on the device; "
+        "null = 32 on the CPU, 64 on the GPU)", "voxels", (8, 1024)))
     max_map_bytes: int = field(default=2 << 30, metadata=meta(
         "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel); more views are added to "
         "each tile in groups", "bytes", (1 << 20, 1 << 40)))

@@ -114,9 +114,10 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
         if cfg.voxel_size is None:
             log.info("mesh: voxel_size = %.4g m (%g x the median pixel footprint %.4g m)", voxel, cfg.voxel_pixels,
                      footprint)
+        tile = cfg.tile_voxels if cfg.tile_voxels is not None else (64 if backend == "cuda" else 32)
         mesh, counts = tsdf_mesh(dv, voxel, cfg.truncation_voxels * voxel, min_weight=cfg.min_views,
-                                 tile=cfg.tile_voxels, max_map_bytes=cfg.max_map_bytes, backend=backend)
-        settings = {"voxel_size": voxel, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
+                                 tile=tile, max_map_bytes=cfg.max_map_bytes, backend=backend)
+        settings = {"voxel_size": voxel, "tile_voxels": tile, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
     write_mesh_ply(mesh_path, mesh)

@@ -12,8 +12,8 @@ plane, and only tiles that some depth sample (every `sample_stride`-th pixel of 
 comes within the truncation of are visited, one at a time: a tile's accumulators are 24 bytes
 per voxel (48 MiB at 128^3), the views' maps are held in groups of at most `max_map_bytes`
 (all at once when they fit; the kernel adds a view range to the accumulators). Each tile's field
-is finished (layout.finish), brought to the host and meshed with scikit-image's marching cubes,
-keeping the vertices whose grid edge joins two observed voxels (an unobserved voxel has no sign:
+is finished (layout.finish), brought to the host (4 bytes a voxel) and meshed with scikit-image's
+marching cubes over the box of its voxels near the surface (|tsdf| < 1), keeping the vertices whose grid edge joins two observed voxels (an unobserved voxel has no sign:
 without that the inner edge of the observed band would become a surface). Vertices on the shared planes are
 welded; vertex colours are the mean colour of the voxel nearest to each vertex.
 
@@ -130,38 +130,61 @@ def _twin():
     return cpu
 
 
-def march_tile(tsdf: np.ndarray, observed: np.ndarray, rgb: np.ndarray, origin: np.ndarray, voxel: float):
-    """(vertices [n, 3] float64 world, faces [m, 3] int64, colours [n, 3] uint8) of the zero level of
-    one tile's field, over the cubes whose corners are all observed (None when there is none)."""
+def near_surface_box(tsdf: np.ndarray):
+    """(lo, hi) voxel bounds (inclusive lo, exclusive hi) of the observed voxels with |tsdf| < 1,
+    grown by one voxel (the cubes around them); None when there is none: marching cubes then
+    scans only that box."""
+    near = np.abs(tsdf) < 1.0   # False for NaN (unobserved)
+    if not near.any():
+        return None
+    lo, hi = [], []
+    for axis in range(3):
+        other = tuple(i for i in range(3) if i != axis)
+        idx = np.flatnonzero(near.any(axis=other))
+        lo.append(max(int(idx[0]) - 1, 0))
+        hi.append(min(int(idx[-1]) + 2, tsdf.shape[axis]))
+    return np.array(lo), np.array(hi)
+
+
+def march_tile(tsdf: np.ndarray):
+    """(vertices [n, 3] float64 in voxel units of the tile, faces [m, 3] int64, voxel [n, 3] int64
+    nearest each vertex) of the zero level of one tile's field (NaN = unobserved), over grid edges
+    whose two voxels were observed; None when there is none."""
     from skimage.measure import marching_cubes  # noqa: PLC0415
 
-    if not observed.any():
+    box = near_surface_box(tsdf)
+    if box is None:
         return None
-    inside = tsdf[observed]
+    lo, hi = box
+    if np.any(hi - lo < 2):
+        return None
+    sub = tsdf[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]
+    observed = ~np.isnan(sub)
+    inside = sub[observed]
     if not (inside.min() < 0.0 < inside.max()):
         return None
+    field = np.where(observed, sub, np.float32(1.0))
     try:
-        verts, faces, _, _ = marching_cubes(tsdf, level=0.0, mask=observed, allow_degenerate=False,
+        verts, faces, _, _ = marching_cubes(field, level=0.0, mask=observed, allow_degenerate=False,
                                             gradient_direction="descent")
     except (ValueError, RuntimeError):  # no crossing inside the mask
         return None
     # a vertex lies on a grid edge: both of the edge's voxels must be observed (scikit-image's mask,
     # the observed voxels, selects cubes by one corner only, so a cube reaching into unobserved
     # voxels, whose field reads 1, would put a surface on the inner edge of the observed band)
-    lo = np.clip(np.floor(verts).astype(np.int64), 0, np.array(tsdf.shape) - 1)
-    hi = np.clip(np.ceil(verts).astype(np.int64), 0, np.array(tsdf.shape) - 1)
-    good = observed[lo[:, 0], lo[:, 1], lo[:, 2]] & observed[hi[:, 0], hi[:, 1], hi[:, 2]]
+    top = np.array(sub.shape) - 1
+    a = np.clip(np.floor(verts).astype(np.int64), 0, top)
+    b = np.clip(np.ceil(verts).astype(np.int64), 0, top)
+    good = observed[a[:, 0], a[:, 1], a[:, 2]] & observed[b[:, 0], b[:, 1], b[:, 2]]
     faces = faces[good[faces].all(axis=1)]
     if len(faces) == 0:
         return None
     used = np.unique(faces)
     remap = np.full(len(verts), -1, np.int64)
     remap[used] = np.arange(len(used))
-    verts, faces = verts[used], remap[faces]
-    idx = np.clip(np.rint(verts).astype(np.int64), 0, np.array(tsdf.shape) - 1)
-    colours = np.clip(rgb[idx[:, 0], idx[:, 1], idx[:, 2]] + 0.5, 0, 255).astype(np.uint8)
-    world = origin + verts.astype(np.float64) * voxel
-    return world, faces.astype(np.int64), colours
+    verts = verts[used].astype(np.float64) + lo
+    nearest = np.clip(np.rint(verts).astype(np.int64), 0, np.array(tsdf.shape) - 1)
+    return verts, remap[faces].astype(np.int64), nearest
 
 
 def weld(vertices: np.ndarray, faces: np.ndarray, colours: np.ndarray, quantum: float):
@@ -211,16 +234,17 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
             arrays = resident if resident is not None else _upload(xp, dv, v0, v1)
             tsdf_integrate(arrays["depth"], arrays["rgb"], arrays["cams"], arrays["offsets"], arrays["sizes"],
                            (0, v1 - v0), tile_origin.astype(np.float32), voxel, truncation, shape, acc)
-        field, observed, rgb = finish(xp, acc, shape, min_weight)
-        if xp is not np:
-            field, observed, rgb = xp.asnumpy(field), xp.asnumpy(observed), xp.asnumpy(rgb)
+        field, rgb = finish(xp, acc, shape, min_weight)
         del acc
         tm = time.perf_counter()
-        part = march_tile(field, observed, rgb, tile_origin, voxel)
+        part = march_tile(field if xp is np else xp.asnumpy(field))
         seconds_march += time.perf_counter() - tm
         if part is not None:
-            verts, faces, colours = part
-            parts.append((verts, faces + vertex_count, colours))
+            verts, faces, nearest = part
+            at = xp.asarray(nearest)
+            colours = rgb[at[:, 0], at[:, 1], at[:, 2]]   # the mean colour of the voxel nearest each vertex
+            colours = np.clip(colours if xp is np else xp.asnumpy(colours), 0, 255)
+            parts.append((tile_origin + verts * voxel, faces + vertex_count, (colours + 0.5).astype(np.uint8)))
             vertex_count += len(verts)
     if not parts:
         raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
