@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def main(args: argparse.Namespace) -> int:
         base = str(out / "config.resolved.yaml")
     overrides = list(args.overrides) + ([f"mesh.method={args.method}"] if args.method else [])
     cfg = load_config(base, overrides)
+    if args.evaluate and "mesh" not in cfg.evaluate.clouds:   # a run made before the mesh stage lists its clouds
+        cfg = dataclasses.replace(cfg, evaluate=dataclasses.replace(cfg.evaluate,
+                                                                    clouds=(*cfg.evaluate.clouds, "mesh")))
     ctx = RunContext(cfg=cfg, workspace=out, out_dir=out, overwrite=args.overwrite, progress=not args.quiet,
                      gt=args.gt)
     record = run_pipeline(ctx, ["mesh", "evaluate"] if args.evaluate else ["mesh"])
