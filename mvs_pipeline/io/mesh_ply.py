@@ -120,8 +120,10 @@ def read_mesh_ply(path: str | os.PathLike) -> TriangleMesh:
         ply = plyfile.PlyData.read(str(path))
     except Exception as exc:  # plyfile raises several types for corrupt files
         raise MVSError(f"{path}: not a readable PLY file ({exc})") from exc
-    if "vertex" not in ply or "face" not in ply:
-        raise MVSError(f"{path}: PLY has no 'vertex' and 'face' elements (not a mesh)")
+    if "vertex" not in ply:
+        raise MVSError(f"{path}: PLY has no 'vertex' element")
+    if "face" not in ply:
+        raise MVSError(f"{path}: PLY has no 'face' element (not a mesh)")
     v = ply["vertex"].data
     xyz = np.stack([np.asarray(v[a], np.float32) for a in "xyz"], axis=1)
     names = v.dtype.names
