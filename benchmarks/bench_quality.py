@@ -7,6 +7,9 @@ and the share of the points that some view sees against its background (sky, bac
 which the ETH3D scores do not see; synth/background_points.py).
 DTU row: mask precision (all views, 90 % of views) and mask coverage of fused.ply, with the masks
 also given to fusion (as the DTU README asks); units there are millimetres.
+Mesh columns (--mesh, default tsdf,poisson): per method, `mvs-pipeline mesh OUT --method M --evaluate`
+on the row's run, then mesh.ply's accuracy / F1 at 2 cm (scored by points sampled uniformly on its
+surface, evaluate.mesh_sample_spacing) beside the cloud's, and the mesh stage's seconds.
 Each synthetic row also scores the scene's oracle cloud (synth/oracle.py: the ground-truth depth
 of every view, where two views see it; --no-oracle skips it): what perfect depth maps would reach,
 since the scans may cover surfaces that no camera sees.
@@ -109,8 +112,22 @@ def background_share(scene: Path, cloud: Path) -> float:
     return round(float(points_against_background(views, scene / "gt" / "depth", xyz).mean()), 4) if len(xyz) else 0.0
 
 
+def mesh_scores(scene: Path, out: Path, method: str, extra: list[str]) -> dict:
+    """{"2cm": scores, "seconds": mesh stage, "faces": n} of `mvs-pipeline mesh OUT --method M --evaluate`."""
+    sets = []   # the run's --set / --config arguments, which `mesh` takes too
+    for flag, value in zip(extra, extra[1:]):
+        if flag in ("--set", "-c", "--config"):
+            sets += [flag, value]
+    mvs("-q", "mesh", str(out), "--method", method, "--evaluate", "--gt", str(scene / "gt" / "eth3d" / "scan_alignment.mlp"),
+        *sets)
+    eth = json.loads((out / "eval" / "eth3d_mesh.json").read_text())
+    record = json.loads((out / "mesh.json").read_text())
+    return {**{k: v for k, v in _scores(eth).items() if k == "2cm"}, "seconds": record["seconds"],
+            "faces": record["faces"]}
+
+
 def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
-                  oracle: bool = True, acmmp: Path | None = None) -> dict:
+                  oracle: bool = True, acmmp: Path | None = None, meshes: tuple[str, ...] = ()) -> dict:
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
     out = root / f"{name}_out"
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
@@ -119,6 +136,8 @@ def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, se
            "on_background": background_share(scene, out / "fused.ply")}
     if oracle:
         row["oracle"] = oracle_scores(scene)
+    for method in meshes:
+        row[f"mesh_{method}"] = mesh_scores(scene, out, method, extra)
     if acmmp is not None:
         row["acmmp"] = acmmp_synthetic(acmmp, scene, root / f"{name}_acmmp")
     return row
@@ -155,9 +174,11 @@ def table(rows: list[dict]) -> str:
     """Our rows, each followed by ACMMP's on the same scene where it ran."""
     rows = [x for r in rows for x in ([r, {**r["acmmp"], "scene": "  ACMMP, same scene"}] if "acmmp" in r else [r])]
     oracle = any("oracle" in r for r in rows)
+    meshes = sorted({k[5:] for r in rows for k in r if k.startswith("mesh_")})
     lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES)
-             + " | on background |" + (" oracle comp / F1 @2 cm |" if oracle else ""),
-             "|---|---|---|" + "---|" * (len(TOLERANCES) + 1 + oracle)]
+             + " | on background |" + (" oracle comp / F1 @2 cm |" if oracle else "")
+             + "".join(f" mesh {m}: acc / F1 @2 cm, s |" for m in meshes),
+             "|---|---|---|" + "---|" * (len(TOLERANCES) + 1 + oracle + len(meshes))]
     for r in rows:
         if "mask_precision_all" in r:
             cells = [f"mask precision {r['mask_precision_all']} (all views), {r['mask_precision_90']} (90 %); "
@@ -169,6 +190,9 @@ def table(rows: list[dict]) -> str:
         if oracle:
             o = r.get("oracle", {}).get("2cm")
             cells.append(f"{o['completeness']:.3f} / {o['f1']:.3f}" if o else "")
+        for m in meshes:
+            e = r.get(f"mesh_{m}")
+            cells.append(f"{e['2cm']['accuracy']:.3f} / {e['2cm']['f1']:.3f}, {e['seconds']}" if e else "")
         lines.append(f"| {r['scene']} | {r['points']:,} | {r['seconds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -184,13 +208,16 @@ def main(argv=None) -> int:
                     help="skip the oracle cloud's scores (perfect depth where two views see it)")
     ap.add_argument("--acmmp", type=Path, help="the ACMMP anchor folder (run.sh, the binary): its scores on "
                     "every row too")
+    ap.add_argument("--mesh", default="tsdf,poisson",
+                    help="mesh methods scored per synthetic row (mvs-pipeline mesh OUT --method M); none = no mesh column")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     extra = args.args.split()
     rows = []
     t0 = time.perf_counter()
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
-        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp))
+        meshes = () if args.mesh == "none" else tuple(m for m in args.mesh.split(",") if m)
+        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes))
         print(json.dumps(rows[-1]), flush=True)
     if args.dtu is not None:
         rows.append(dtu_row(args.root, args.dtu, extra, acmmp=args.acmmp))

@@ -15,7 +15,7 @@ from .interrupts import interrupt_handling
 from .io.disk import disk_error_message, is_disk_error
 
 # Subcommand modules under mvs_pipeline/commands/: each has register(subparsers) and main(args).
-COMMANDS = ["run", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm", "doctor",
+COMMANDS = ["run", "mesh", "info", "synth", "evaluate", "report", "fps", "interpolate", "voxelize", "dsm", "doctor",
             "build-kernels"]
 
 

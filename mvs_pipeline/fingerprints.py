@@ -43,8 +43,10 @@ from .scene.workspace import MODEL_FILES, detect_layout
 log = logging.getLogger(__name__)
 
 FOLDER = "fingerprints"
+# mesh hangs off fusion beside sampling: a changed mesh key redoes the mesh only (and the scores of
+# evaluate, whose record holds mesh.ply's stamp when evaluate.clouds names it)
 UPSTREAM = {"load": None, "views": "load", "depth": "views", "fusion": "depth", "sampling": "fusion",
-            "evaluate": "sampling"}
+            "mesh": "fusion", "evaluate": "sampling"}
 
 # What each stage writes (relative to OUT), removed before the stage is redone; the file that marks
 # a finished stage first (sparse/, views.json), so that a half-removed stage never looks finished.
@@ -55,6 +57,7 @@ OUTPUTS = {
     "fusion": ("stereo/fusion.json", "fused.ply", "fused.ply.vis", "previews/fused.npz"),
     "sampling": (SAMPLES_NAME, INDICES_NAME, *DSM_NAMES.values(),
                  str(preview_path(Path(SAMPLES_NAME)))),
+    "mesh": ("mesh.json", "mesh.ply", "previews/mesh.npz"),
     "evaluate": ("eval",),
 }
 
@@ -132,6 +135,15 @@ def own_items(name: str, ctx) -> dict:
     if name == "sampling":
         # fused.ply by stamp too: a fusion redone with the same chain (--overwrite) is new input
         return {**_config_items(cfg, ("sampling",)), "files read": {"fused.ply": stamp(out / "fused.ply")}}
+    if name == "mesh":
+        # poisson reads fused.ply (its stamp, as sampling); tsdf the depth maps, masks and images
+        items = {**_config_items(cfg, ("mesh",)), "files read": {"fused.ply": stamp(out / "fused.ply")}}
+        if cfg.mesh.method == "tsdf":
+            items["backend"] = ctx.backend   # the kernel and the twin agree, but TSDF sums are float32
+            items["stereo/depth_maps"] = tree_stamps(out / "stereo" / "depth_maps", "*.bin")
+            if cfg.fusion.mask_dir is not None:
+                items["masks"] = tree_stamps(Path(cfg.fusion.mask_dir))
+        return items
     if name == "evaluate":
         return {**_config_items(cfg, ("evaluate",)), "gt": None if ctx.gt is None else str(Path(ctx.gt).resolve()),
                 "files read": {f"{c}.ply": stamp(out / f"{c}.ply") for c in cfg.evaluate.clouds}}

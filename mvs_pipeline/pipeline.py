@@ -34,7 +34,9 @@ from .views import stage as views_stage
 
 log = logging.getLogger(__name__)
 
-ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "evaluate")
+ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "mesh", "evaluate")
+# Stages a run without --stages leaves out unless the config enables them (mesh.enabled)
+OPTIONAL_STAGES = ("mesh",)
 
 
 @dataclass
@@ -144,6 +146,12 @@ def _run_sampling(ctx: RunContext) -> None:
     stage.run(ctx)
 
 
+def _run_mesh(ctx: RunContext) -> None:
+    from .mesh import stage  # noqa: PLC0415 (imports Open3D or the TSDF kernels only when meshing)
+
+    stage.run(ctx)
+
+
 def _run_evaluate(ctx: RunContext) -> None:
     from .evaluation import stage  # noqa: PLC0415
 
@@ -152,20 +160,24 @@ def _run_evaluate(ctx: RunContext) -> None:
 
 STAGE_RUNNERS: dict[str, Callable[[RunContext], None]] = {"load": _run_load, "views": _run_views,
                                                           "depth": _run_depth, "fusion": _run_fusion,
-                                                          "sampling": _run_sampling, "evaluate": _run_evaluate}
+                                                          "sampling": _run_sampling, "mesh": _run_mesh,
+                                                          "evaluate": _run_evaluate}
 
 
-def parse_stages(text: str | None) -> list[str]:
+def parse_stages(text: str | None, optional: tuple[str, ...] = ()) -> list[str]:
     """`load,views` -> ordered list; unknown or not-yet-available stages are errors.
 
     The default is the chain of available stages from the first one up to the first stage this
-    version lacks (a run cannot jump over a missing stage, e.g. fuse without a depth stage).
+    version lacks (a run cannot jump over a missing stage, e.g. fuse without a depth stage),
+    without the OPTIONAL_STAGES other than those in `optional` (the ones the config enables).
     """
     if not text:
         chain = []
         for s in ALL_STAGES:
             if s not in STAGE_RUNNERS:
                 break
+            if s in OPTIONAL_STAGES and s not in optional:
+                continue
             chain.append(s)
         return chain
     names = [s.strip() for s in text.split(",") if s.strip()]

@@ -40,13 +40,14 @@ def all_variants() -> list[tuple[str, tuple[str, ...]]]:
     from ..depth.scale_ops import cuda as scale_ops  # noqa: PLC0415
     from ..evaluation import cuda as evaluation  # noqa: PLC0415
     from ..fusion import cuda as fusion  # noqa: PLC0415
+    from ..mesh import cuda as mesh  # noqa: PLC0415
     from ..sampling.points.fps import batched as fps_batched  # noqa: PLC0415
     from ..sampling.points.fps import cuda as fps  # noqa: PLC0415
     from ..sampling.points.three_nn import cuda as three_nn  # noqa: PLC0415
     from ..sampling.points.voxel_pool import cuda as voxel_pool  # noqa: PLC0415
 
     variants = patchmatch.kernel_variants(preset_windows())
-    for module in (scale_ops, fusion, fps, fps_batched, three_nn, voxel_pool, evaluation):
+    for module in (scale_ops, fusion, mesh, fps, fps_batched, three_nn, voxel_pool, evaluation):
         variants += module.kernel_variants()
     return sorted(set(variants))
 

@@ -19,8 +19,8 @@ from .common import add_config_args
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the pipeline on a COLMAP workspace",
-                       description="Run load -> views -> depth -> fusion -> sampling -> evaluate (the stages this "
-                                   "version has). Finished outputs are reused: a rerun resumes where the last stopped. "
+                       description="Run load -> views -> depth -> fusion -> sampling -> [mesh] -> evaluate (the stages "
+                                   "this version has; mesh when --stages names it or mesh.enabled is true). Finished outputs are reused: a rerun resumes where the last stopped. "
                                    "Each stage records what it read in OUT/fingerprints/<stage>.json; when its config "
                                    "keys or input files changed since, the stage and the ones after it are redone.")
     p.add_argument("workspace", type=Path, help="COLMAP project, COLMAP dense workspace or ETH3D scene folder")
@@ -28,7 +28,8 @@ def register(sub) -> None:
     add_config_args(p)
     p.add_argument("--images", type=Path, help="images folder (with --sparse, overrides layout detection)")
     p.add_argument("--sparse", type=Path, help="sparse model folder (with --images)")
-    p.add_argument("--stages", default=None, help=f"comma-separated subset of {','.join(ALL_STAGES)} (default: all available)")
+    p.add_argument("--stages", default=None, help=f"comma-separated subset of {','.join(ALL_STAGES)} (default: all available; mesh "
+                        "only with mesh.enabled)")
     p.add_argument("--overwrite", action="store_true", help="redo stages even if their outputs exist")
     p.add_argument("--resume-only", action="store_true",
                    help="never redo a finished stage: if a stage's config keys or input files changed since its "
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     ctx = RunContext(cfg=cfg, workspace=args.workspace, out_dir=args.out, overwrite=args.overwrite,
                      progress=not args.quiet, images=args.images, sparse=args.sparse, gt=args.gt,
                      resume_only=args.resume_only, before_depth=_compile_later_stages_ahead)
-    record = run_pipeline(ctx, parse_stages(args.stages))
+    record = run_pipeline(ctx, parse_stages(args.stages, optional=("mesh",) if cfg.mesh.enabled else ()))
     if not args.quiet:
         print(f"outputs in {args.out}")
         print(json.dumps({"stage_seconds": record["stage_seconds"], "counts": record["counts"]}, indent=1))

@@ -18,6 +18,7 @@ from ..depth.patchmatch.params import PatchMatchParams  # the `patchmatch` secti
 from ..evaluation.params import EvaluateConfig
 from ..field_meta import meta
 from ..fusion.params import FusionConfig
+from ..mesh.params import MeshConfig
 from ..sampling.params import SamplingConfig
 from ..scene.params import LoadConfig
 from ..views.params import ViewsConfig
@@ -40,5 +41,6 @@ class PipelineConfig:
     depth: DepthConfig = field(default_factory=DepthConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)  # run --cluster: where depth tasks run

@@ -58,12 +58,32 @@ def parse_tolerances(text: str | list | tuple) -> list[float]:
     return sorted(tol)
 
 
-def load_reconstruction(path: str | os.PathLike, on_device: bool = False) -> tuple[object, list[str]]:
+MESH_SAMPLE_SPACING = 0.0025  # m: points sampled on a mesh's surface are this far apart on average
+MESH_MAX_SAMPLES = 20_000_000
+
+
+def load_reconstruction(path: str | os.PathLike, on_device: bool = False, mesh_spacing: float = MESH_SAMPLE_SPACING,
+                        mesh_max_samples: int = MESH_MAX_SAMPLES) -> tuple[object, list[str]]:
     """Vertex x, y, z of a PLY as [N, 3] float32, and notes (e.g. converted doubles).
 
+    A PLY with faces (a mesh, e.g. OUT/mesh.ply) is scored by points sampled uniformly on its
+    surface instead, 1 / mesh_spacing^2 per m^2 (at most mesh_max_samples; io/mesh_ply.py), so a
+    mesh and a cloud meet the same metric; a note states the density.
     on_device: a CuPy array, the records streamed to the GPU and split there (io/device_io.py),
     when the file has the plain binary layout; NumPy otherwise (evaluate_eth3d takes either)."""
     path = Path(path)
+    from ..io.mesh_ply import face_count  # noqa: PLC0415
+
+    if path.is_file() and (face_count(path) or 0) > 0:
+        from ..io.mesh_ply import read_mesh_ply, sample_surface  # noqa: PLC0415
+
+        xyz, _, note = sample_surface(read_mesh_ply(path), mesh_spacing, mesh_max_samples)
+        log.info("%s: %s", path.name, note)
+        if on_device:
+            from ..gpu.loader import import_cupy  # noqa: PLC0415
+
+            xyz = import_cupy().asarray(xyz)
+        return xyz, [f"{path.name}: {note}"]
     layout = None
     if on_device and path.is_file():
         from ..io.ply_records import read_layout  # noqa: PLC0415

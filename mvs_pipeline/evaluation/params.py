@@ -21,8 +21,15 @@ class EvaluateConfig:
         "laser beam radius at the scanner, for the free-space (inaccurate) test", "m", (0.0, 1.0)))
     beam_divergence_deg: float = field(default=0.011, metadata=meta(
         "laser beam divergence half-angle", "degrees", (0.0, 10.0)))
-    clouds: tuple[str, ...] = field(default=("fused", "fused_fps"), metadata=meta(
-        "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped)"))
+    clouds: tuple[str, ...] = field(default=("fused", "fused_fps", "mesh"), metadata=meta(
+        "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped; a PLY with "
+        "faces, such as the mesh stage's mesh.ply, is scored by points sampled uniformly on its surface)"))
+    mesh_sample_spacing: float = field(default=0.0025, metadata=meta(
+        "a mesh is scored by points sampled uniformly on its surface, 1 / spacing^2 per m^2 (mean spacing; "
+        "a quarter of the smallest default tolerance)", "m", (1e-5, 10.0)))
+    mesh_max_samples: int = field(default=20_000_000, metadata=meta(
+        "cap on the points sampled on a mesh (the density is lowered to fit and the scores' notes say so)",
+        "points", (1000, 2**31 - 1)))
     write_clouds: bool = field(default=False, metadata=meta(
         "also write coloured complete/accurate/inaccurate/unobserved clouds per tolerance to OUT/eval/"))
     mask_dir: str | None = field(default=None, metadata=meta(

@@ -41,7 +41,7 @@ from .report_viewer import VIEWER_SCRIPT, cloud_canvas
 
 log = logging.getLogger(__name__)
 
-CLOUD_NAMES = ("fused.ply", "fused_fps.ply")
+CLOUD_NAMES = ("fused.ply", "fused_fps.ply", "mesh.ply")  # mesh.ply: its preview holds surface samples (mesh stage)
 EVAL_DIR = "eval"
 PREVIEW_MAX_SIZE = 640  # px: larger preview PNGs (runs made before they were shrunk) are shrunk here
 MAPS = ("depth", "normal", "cost")
@@ -277,7 +277,8 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
             if len(xyz) > render_points:
                 keep = np.random.default_rng(0).choice(len(xyz), render_points, replace=False)
                 xyz, rgb = xyz[keep], (rgb[keep] if rgb is not None else None)
-            viewers.append(cloud_canvas(xyz, rgb, f"{name}: {len(xyz):,} of {n:,} points"))
+            what = "points sampled on its surface" if name == "mesh.ply" else "points"
+            viewers.append(cloud_canvas(xyz, rgb, f"{name}: {len(xyz):,} of {n:,} {what}"))
     if clouds:
         report["clouds"] = clouds
         rows = "".join(f"<tr><td>{esc(n)}</td><td>{s['points']}</td></tr>" for n, s in clouds.items())

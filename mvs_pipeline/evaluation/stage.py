@@ -117,7 +117,8 @@ def _clouds_to_score(cfg, out_dir: Path, gt_mlp: Path | None, overwrite: bool) -
         log.info("evaluate: no ground-truth .mlp given or found; ETH3D scores skipped")
         return []
     settings = {"tolerances": list(cfg.tolerances), "voxel_size": cfg.voxel_size,
-                "beam_start_radius": cfg.beam_start_radius, "beam_divergence_deg": cfg.beam_divergence_deg}
+                "beam_start_radius": cfg.beam_start_radius, "beam_divergence_deg": cfg.beam_divergence_deg,
+                "mesh_sample_spacing": cfg.mesh_sample_spacing, "mesh_max_samples": cfg.mesh_max_samples}
     todo = []
     for cloud in cfg.clouds:
         ply = out_dir / f"{cloud}.ply"
@@ -146,7 +147,10 @@ def _score_clouds(cfg, out_dir: Path, gt_mlp: Path | None, backend: str, overwri
     todo = _clouds_to_score(cfg, out_dir, gt_mlp, overwrite)
     results: dict = {}
     with ThreadPoolExecutor(max_workers=1) as reader:
-        loading = reader.submit(load_reconstruction, todo[0][1], on_device) if todo else None
+        def load(ply):
+            return load_reconstruction(ply, on_device, cfg.mesh_sample_spacing, cfg.mesh_max_samples)
+
+        loading = reader.submit(load, todo[0][1]) if todo else None
         if meanwhile is not None:
             meanwhile()
         if not todo:
@@ -155,7 +159,7 @@ def _score_clouds(cfg, out_dir: Path, gt_mlp: Path | None, backend: str, overwri
         for i, (cloud, ply, inputs) in enumerate(todo):
             xyz, notes = loading.result()
             if i + 1 < len(todo):
-                loading = reader.submit(load_reconstruction, todo[i + 1][1], on_device)
+                loading = reader.submit(load, todo[i + 1][1])
             res = evaluate_eth3d(xyz, scans, cfg.tolerances, voxel_size=cfg.voxel_size,
                                  beam_start=cfg.beam_start_radius, beam_divergence_deg=cfg.beam_divergence_deg,
                                  backend=backend, return_point_results=cfg.write_clouds)

@@ -1,0 +1,186 @@
+"""Triangle meshes as PLY files, and points sampled uniformly on a mesh's surface.
+
+Written layout (what Open3D, MeshLab and Blender read): binary little-endian, a `vertex` element
+with float32 x,y,z, optional float32 nx,ny,nz, optional uchar red,green,blue, then a `face`
+element with `property list uchar int vertex_indices`. The vertex element comes first, so the
+pipeline's own vertex readers (ply_records.read_layout) read a mesh's vertices like a cloud's.
+
+`sample_surface` draws points uniformly by area (each triangle gets a number of points from its
+area, then uniform barycentric draws), the way a mesh is scored with a cloud's metric
+(evaluation/eth3d.py): the density is stated in the returned note.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import plyfile
+
+from ..errors import MVSError
+from .atomic import atomic_write_bytes
+
+MAX_HEADER = 4096
+
+
+@dataclass
+class TriangleMesh:
+    vertices: np.ndarray  # [V, 3] float32
+    faces: np.ndarray  # [F, 3] int32, counter-clockwise seen from outside
+    colors: np.ndarray | None = None  # [V, 3] uint8
+    normals: np.ndarray | None = None  # [V, 3] float32
+
+    @property
+    def num_vertices(self) -> int:
+        return int(self.vertices.shape[0])
+
+    @property
+    def num_faces(self) -> int:
+        return int(self.faces.shape[0])
+
+    def area(self) -> float:
+        return float(triangle_areas(self.vertices, self.faces).sum())
+
+
+def triangle_areas(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """[F] float64 area of each triangle."""
+    v = np.asarray(vertices, np.float64)
+    f = np.asarray(faces, np.int64)
+    if len(f) == 0:
+        return np.zeros(0, np.float64)
+    e1 = v[f[:, 1]] - v[f[:, 0]]
+    e2 = v[f[:, 2]] - v[f[:, 0]]
+    return 0.5 * np.linalg.norm(np.cross(e1, e2), axis=1)
+
+
+def mesh_bytes(mesh: TriangleMesh) -> bytes:
+    """The binary little-endian PLY file of `mesh`."""
+    n, nf = mesh.num_vertices, mesh.num_faces
+    fields = [("x", "<f4"), ("y", "<f4"), ("z", "<f4")]
+    props = ["property float x", "property float y", "property float z"]
+    if mesh.normals is not None:
+        fields += [("nx", "<f4"), ("ny", "<f4"), ("nz", "<f4")]
+        props += ["property float nx", "property float ny", "property float nz"]
+    if mesh.colors is not None:
+        fields += [("red", "u1"), ("green", "u1"), ("blue", "u1")]
+        props += ["property uchar red", "property uchar green", "property uchar blue"]
+    rec = np.empty(n, np.dtype(fields))
+    xyz = np.asarray(mesh.vertices, np.float32).reshape(n, 3)
+    rec["x"], rec["y"], rec["z"] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    if mesh.normals is not None:
+        nrm = np.asarray(mesh.normals, np.float32).reshape(n, 3)
+        rec["nx"], rec["ny"], rec["nz"] = nrm[:, 0], nrm[:, 1], nrm[:, 2]
+    if mesh.colors is not None:
+        rgb = np.asarray(mesh.colors, np.uint8).reshape(n, 3)
+        rec["red"], rec["green"], rec["blue"] = rgb[:, 0], rgb[:, 1], rgb[:, 2]
+    face = np.empty(nf, np.dtype([("n", "u1"), ("i", "<i4", (3,))]))
+    face["n"] = 3
+    face["i"] = np.asarray(mesh.faces, np.int32).reshape(nf, 3)
+    header = "\n".join(["ply", "format binary_little_endian 1.0", "comment made by mvs-pipeline (mesh stage)",
+                        f"element vertex {n}", *props, f"element face {nf}",
+                        "property list uchar int vertex_indices", "end_header"]) + "\n"
+    return header.encode("ascii") + rec.tobytes() + face.tobytes()
+
+
+def write_mesh_ply(path: str | os.PathLike, mesh: TriangleMesh) -> None:
+    if mesh.num_faces and (int(mesh.faces.min()) < 0 or int(mesh.faces.max()) >= mesh.num_vertices):
+        raise ValueError("mesh faces index vertices that do not exist")
+    atomic_write_bytes(Path(path), mesh_bytes(mesh))
+
+
+def face_count(path: str | os.PathLike) -> int | None:
+    """The number of faces a PLY file declares (0: a cloud, an `element face 0`), from its header
+    only; None when the file is not a PLY."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(MAX_HEADER)
+    except OSError:
+        return None
+    end = head.find(b"end_header")
+    if not head.startswith(b"ply") or end < 0:
+        return None
+    for line in head[:end].decode("ascii", "replace").splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "element" and words[1] == "face":
+            try:
+                return int(words[2])
+            except ValueError:
+                return None
+    return 0
+
+
+def read_mesh_ply(path: str | os.PathLike) -> TriangleMesh:
+    """A triangle mesh from any PLY with `vertex` and `face` elements (polygons are fanned)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MVSError(f"{path}: mesh PLY not found")
+    try:
+        ply = plyfile.PlyData.read(str(path))
+    except Exception as exc:  # plyfile raises several types for corrupt files
+        raise MVSError(f"{path}: not a readable PLY file ({exc})") from exc
+    if "vertex" not in ply:
+        raise MVSError(f"{path}: PLY has no 'vertex' element")
+    if "face" not in ply:
+        raise MVSError(f"{path}: PLY has no 'face' element (not a mesh)")
+    v = ply["vertex"].data
+    xyz = np.stack([np.asarray(v[a], np.float32) for a in "xyz"], axis=1)
+    names = v.dtype.names
+    colors = None
+    if all(c in names for c in ("red", "green", "blue")):
+        colors = np.stack([np.asarray(v[c]) for c in ("red", "green", "blue")], axis=1).astype(np.uint8)
+    normals = None
+    if all(c in names for c in ("nx", "ny", "nz")):
+        normals = np.stack([np.asarray(v[c], np.float32) for c in ("nx", "ny", "nz")], axis=1)
+    fdata = ply["face"].data
+    key = "vertex_indices" if "vertex_indices" in fdata.dtype.names else fdata.dtype.names[0]
+    lists = fdata[key]
+    if len(lists) and all(len(p) == 3 for p in lists[:1000]) and lists.dtype != object:
+        faces = np.asarray(lists, np.int32).reshape(-1, 3)
+    else:
+        tris = []
+        for poly in lists:   # fan polygons into triangles
+            poly = np.asarray(poly, np.int64)
+            for k in range(1, len(poly) - 1):
+                tris.append((poly[0], poly[k], poly[k + 1]))
+        faces = np.asarray(tris, np.int32).reshape(-1, 3)
+    return TriangleMesh(xyz, faces, colors, normals)
+
+
+def sample_surface(mesh: TriangleMesh, spacing: float, max_points: int = 20_000_000,
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """Points drawn uniformly on the surface: (xyz [N, 3] float32, rgb [N, 3] uint8 or None, note).
+
+    The density is 1 / spacing^2 points per m^2 (a triangle of area A gets floor(A / spacing^2)
+    points plus one more with probability of the remainder), lowered to keep at most `max_points`
+    (the note says which density was used). Colours are the barycentric blend of the vertices'."""
+    if spacing <= 0:
+        raise ValueError("spacing must be positive")
+    areas = triangle_areas(mesh.vertices, mesh.faces)
+    total = float(areas.sum())
+    density = 1.0 / (spacing * spacing)
+    if total * density > max_points:
+        density = max_points / total
+    rng = np.random.default_rng(seed)
+    expected = areas * density
+    counts = np.floor(expected).astype(np.int64)
+    counts += rng.random(len(areas)) < (expected - counts)
+    n = int(counts.sum())
+    tri = np.repeat(np.arange(len(areas)), counts)
+    r1 = np.sqrt(rng.random(n))
+    r2 = rng.random(n)
+    w0, w1, w2 = 1.0 - r1, r1 * (1.0 - r2), r1 * r2
+    f = np.asarray(mesh.faces, np.int64)[tri]
+    v = np.asarray(mesh.vertices, np.float64)
+    xyz = (w0[:, None] * v[f[:, 0]] + w1[:, None] * v[f[:, 1]] + w2[:, None] * v[f[:, 2]]).astype(np.float32)
+    rgb = None
+    if mesh.colors is not None and n:
+        c = np.asarray(mesh.colors, np.float64)
+        rgb = np.clip(w0[:, None] * c[f[:, 0]] + w1[:, None] * c[f[:, 1]] + w2[:, None] * c[f[:, 2]] + 0.5,
+                      0, 255).astype(np.uint8)
+    elif mesh.colors is not None:
+        rgb = np.zeros((0, 3), np.uint8)
+    note = (f"mesh scored by {n} points sampled uniformly on its {total:.4g} m^2 surface "
+            f"({density:.4g} points per m^2, mean spacing {1.0 / np.sqrt(density) if density > 0 else 0:.3g} m)")
+    return xyz, rgb, note

@@ -1,0 +1,65 @@
+"""The `mesh` stage's parameters (`mesh/stage.py`): a surface from the fused cloud or the depth maps.
+(field metadata and what `None` means: mvs_pipeline/field_meta.py)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..field_meta import meta
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    # Opt-in: a `run` without --stages adds the mesh stage only when enabled (pipeline.parse_stages);
+    # `--stages ...,mesh` and `mvs-pipeline mesh OUT` run it regardless. Not cheap: Poisson took 29 s
+    # (object, 0.5 M points) and 88 s (courtyard, 0.57 M points) on 2 CPU cores, and no later stage needs it.
+    enabled: bool = field(default=False, metadata=meta(
+        "run the mesh stage after fusion in a `run` without --stages (OUT/mesh.ply); --stages ...,mesh or "
+        "`mvs-pipeline mesh OUT` run it regardless"))
+    # poisson, measured (CPU, benchmarks/bench_mesh.py, ETH3D scores at 2 cm of mesh vs fused cloud):
+    # object 10x320x240: cloud acc 0.977 / F1 0.871, poisson 0.977 / 0.870, tsdf 0.954 / 0.895;
+    # courtyard 10x320x240 (a hard scene: 3.3 cm pixel footprint): cloud 0.690 / 0.307, poisson
+    # 0.681 / 0.368, tsdf 0.500 / 0.364 (voxel 4.9 cm). Poisson keeps the cloud's accuracy (fusion's
+    # filters made it) and adds completeness; the TSDF fuses the unfiltered maps.
+    method: Literal["poisson", "tsdf"] = field(default="poisson", metadata=meta(
+        "poisson = screened Poisson of OUT/fused.ply (Open3D), trimmed near the cloud; tsdf = TSDF fusion of "
+        "the depth maps (GPU kernel or CPU twin) and marching cubes (scikit-image)"))
+    # Poisson
+    poisson_depth: int | None = field(default=None, metadata=meta(
+        "octree depth of the Poisson solve (null = the smallest whose finest cell is at most "
+        "poisson_cell_spacings point spacings, 6..12)", "levels", (4, 14)))
+    poisson_cell_spacings: float = field(default=1.5, metadata=meta(
+        "with poisson_depth null: the finest octree cell in point spacings (the cloud's median "
+        "nearest-neighbour distance); denser clouds are pooled to half a cell first", "spacings", (0.25, 100.0)))
+    # 3, measured (object 10x320x240, one Poisson solve trimmed at each distance; accuracy / F1 at 2 cm,
+    # the cloud's 0.977 / 0.871): 1.5 -> 0.983 / 0.861, 2 -> 0.981 / 0.866, 3 -> 0.977 / 0.870,
+    # 5 -> 0.970 / 0.874, 10 -> 0.949 / 0.873: 3 keeps the cloud's accuracy; the mesh's area grows from
+    # 4.6 to 21 m^2 between 1.5 and 10 (the sheets across holes and under the ground's edge).
+    trim_spacings: float = field(default=3.0, metadata=meta(
+        "remove Poisson vertices farther from every fused point than this many max(point spacing, octree "
+        "cell): the sheets Poisson fills across holes and around the scene", "spacings", (0.5, 1000.0)))
+    # TSDF
+    voxel_size: float | None = field(default=None, metadata=meta(
+        "TSDF voxel edge (null = voxel_pixels times the median pixel footprint, i.e. median depth / focal "
+        "length over the views)", "m", (1e-6, 1e3)))
+    # 1.5, measured (object 10x320x240, CPU, F1 / accuracy at 2 cm): 1.0 -> 0.902 / 0.959 with 2.6x the
+    # faces and 4x the time, 1.5 -> 0.895 / 0.954, 2.5 -> 0.873 / 0.924 (below the 0.95 goal).
+    voxel_pixels: float = field(default=1.5, metadata=meta(
+        "with voxel_size null: the voxel edge in pixel footprints", "pixels", (0.1, 100.0)))
+    truncation_voxels: float = field(default=4.0, metadata=meta(
+        "TSDF truncation distance in voxels (a view updates voxels up to this far behind its surface)",
+        "voxels", (1.0, 100.0)))
+    min_views: int = field(default=1, metadata=meta(
+        "a voxel enters marching cubes when at least this many views observed it", "views", (1, 1000)))
+    # 32 on the CPU, measured (object 10x320x240, 2 cores): the twin's time grows with the voxels
+    # visited, and 32^3 tiles visit a quarter of the voxels of 128^3 ones near the surface (17 s
+    # instead of 51-62 s, the same mesh). 64 on the GPU, not yet measured (benchmarks/bench_mesh.py):
+    # there each tile costs a launch, a download and a scikit-image call on the host.
+    tile_voxels: int | None = field(default=None, metadata=meta(
+        "TSDF tile edge: the volume is fused and meshed one tile at a time (24 bytes per voxel on the device; "
+        "null = 32 on the CPU, 64 on the GPU)", "voxels", (8, 1024)))
+    max_map_bytes: int = field(default=2 << 30, metadata=meta(
+        "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel); more views are added to "
+        "each tile in groups", "bytes", (1 << 20, 1 << 40)))

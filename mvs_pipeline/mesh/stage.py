@@ -1,0 +1,153 @@
+"""The optional `mesh` stage: OUT/mesh.ply, a triangle mesh of the run's surface.
+
+    method poisson (poisson.py): screened Poisson of OUT/fused.ply (its normals; support weights the
+                   pooling of dense clouds), trimmed to within a few point spacings of the cloud,
+                   vertex colours from the cloud. Runs on the host (Open3D).
+    method tsdf (tsdf.py):       TSDF fusion of OUT/stereo/depth_maps (geometric maps when every
+                   view with maps has them; fusion.mask_dir's object masks honoured), tile by tile
+                   (GPU kernel cuda/mesh_tsdf.cu or its Numba twin cpu.py), scikit-image's marching
+                   cubes, vertex colours from the images.
+
+Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
+and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
+when both exist, unless overwrite; whether they are current is the stage fingerprint's
+(fingerprints.py: the mesh keys, fused.ply's stamp, the depth maps' and masks' stamps).
+The evaluate stage scores mesh.ply by points sampled uniformly on its surface (io/mesh_ply.py).
+
+Bad input stops with one line: a cloud without normals or an empty cloud (poisson), a run without
+depth maps (tsdf).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MVSError
+from ..io.atomic import atomic_write_text
+from ..io.mesh_ply import write_mesh_ply
+from .params import MeshConfig
+
+log = logging.getLogger(__name__)
+
+MESH_NAME = "mesh.ply"
+RECORD_NAME = "mesh.json"
+
+
+def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
+    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth')."""
+    import cv2  # noqa: PLC0415
+
+    from ..fusion.inputs import resolve_map_type  # noqa: PLC0415
+    from ..io.colmap_maps import read_depth_map  # noqa: PLC0415
+    from ..io.object_masks import mask_path_for, read_object_mask  # noqa: PLC0415
+    from ..io.photos import read_colour  # noqa: PLC0415
+    from .tsdf import stack_views  # noqa: PLC0415
+
+    stereo_dir = Path(stereo_dir)
+    folder = stereo_dir / "depth_maps"
+    if not folder.is_dir() or not any(folder.glob("*.bin")):
+        raise MVSError(f"mesh (tsdf): no depth maps in {folder}; run the depth stage first, or use mesh.method: poisson")
+    map_type = resolve_map_type(scene, stereo_dir, "auto")
+    views, depths, colours = [], [], []
+    for view in scene.views:
+        path = folder / f"{view.name}.{map_type}.bin"
+        if not path.is_file():
+            continue
+        depth = read_depth_map(path)
+        if depth.shape != (view.height, view.width):
+            raise MVSError(f"{path}: depth map of image '{view.name}' is {depth.shape[1]}x{depth.shape[0]} px but the "
+                           f"camera is {view.width}x{view.height}")
+        depth = np.where(np.isfinite(depth), depth, 0.0).astype(np.float32)
+        if mask_dir is not None:
+            mask = mask_path_for(Path(mask_dir), view.name)
+            if mask is not None:
+                depth[~read_object_mask(mask, view.name, view.width, view.height)] = 0.0
+        bgr = read_colour(view.image_path)
+        if bgr is None:
+            raise MVSError(f"{view.image_path}: image '{view.name}' not found or not readable")
+        views.append(view)
+        depths.append(depth)
+        colours.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    if not views:
+        raise MVSError(f"mesh (tsdf): no {map_type} depth map of the scene's images in {folder}")
+    log.info("mesh: TSDF of %d %s depth maps", len(views), map_type)
+    return stack_views(views, depths, colours)
+
+
+def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, backend: str = "cpu",
+               overwrite: bool = False) -> dict:
+    """Write OUT/mesh.ply by cfg.method; returns the record written to OUT/mesh.json."""
+    out_dir = Path(out_dir)
+    mesh_path, record_path = out_dir / MESH_NAME, out_dir / RECORD_NAME
+    if not overwrite and mesh_path.is_file() and record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text())
+            log.info("mesh: %s exists, skipped", mesh_path)
+            return record
+        except ValueError:
+            pass
+    t0 = time.perf_counter()
+    if cfg.method == "poisson":
+        from ..io.ply import read_ply  # noqa: PLC0415
+        from .poisson import poisson_mesh  # noqa: PLC0415
+
+        cloud_path = out_dir / "fused.ply"
+        if not cloud_path.is_file():
+            raise MVSError(f"mesh (poisson): {cloud_path} not found; run the fusion stage first")
+        cloud = read_ply(cloud_path)
+        mesh, counts = poisson_mesh(cloud, depth=cfg.poisson_depth, cell_spacings=cfg.poisson_cell_spacings,
+                                    trim_spacings=cfg.trim_spacings, backend=backend)
+        settings = {"poisson_depth": counts["mesh_poisson_depth"], "trim_distance": counts["mesh_trim_distance"]}
+    elif cfg.method == "tsdf":
+        from .tsdf import pixel_footprint, tsdf_mesh  # noqa: PLC0415
+
+        if scene is None:
+            raise MVSError("mesh (tsdf): the run's scene is needed (OUT/sparse)")
+        dv = load_depth_views(scene, out_dir / "stereo", mask_dir)
+        footprint = pixel_footprint(dv)
+        voxel = cfg.voxel_size if cfg.voxel_size is not None else cfg.voxel_pixels * footprint
+        if cfg.voxel_size is None:
+            log.info("mesh: voxel_size = %.4g m (%g x the median pixel footprint %.4g m)", voxel, cfg.voxel_pixels,
+                     footprint)
+        tile = cfg.tile_voxels if cfg.tile_voxels is not None else (64 if backend == "cuda" else 32)
+        mesh, counts = tsdf_mesh(dv, voxel, cfg.truncation_voxels * voxel, min_weight=cfg.min_views,
+                                 tile=tile, max_map_bytes=cfg.max_map_bytes, backend=backend)
+        settings = {"voxel_size": voxel, "tile_voxels": tile, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
+    else:
+        raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
+    write_mesh_ply(mesh_path, mesh)
+    _write_preview(mesh_path, mesh)
+    record = {"method": cfg.method, "backend": backend if cfg.method == "tsdf" else "cpu", "settings": settings,
+              "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area_m2": round(mesh.area(), 6),
+              "seconds": round(time.perf_counter() - t0, 3), "counts": counts}
+    atomic_write_text(record_path, json.dumps(record, indent=1))
+    log.info("mesh: %s, %d vertices, %d faces (%s, %.2f s)", mesh_path, mesh.num_vertices, mesh.num_faces,
+             cfg.method, record["seconds"])
+    return record
+
+
+def _write_preview(mesh_path: Path, mesh) -> None:
+    """previews/mesh.npz: points sampled on the surface with the vertex colours blended, which the
+    report's viewer draws beside the clouds (evaluation/report.py)."""
+    from ..io.cloud_preview import PREVIEW_POINTS, write_cloud_preview  # noqa: PLC0415
+    from ..io.mesh_ply import sample_surface  # noqa: PLC0415
+    from ..io.point_cloud import PointCloud  # noqa: PLC0415
+
+    area = max(mesh.area(), 1e-12)
+    xyz, rgb, _ = sample_surface(mesh, float(np.sqrt(area / PREVIEW_POINTS)), PREVIEW_POINTS)
+    write_cloud_preview(mesh_path, cloud=PointCloud(xyz=xyz, colors=rgb))
+
+
+def run(ctx) -> None:
+    """The pipeline's `mesh` stage: `ctx` is pipeline.RunContext."""
+    cfg = ctx.cfg.mesh
+    scene = ctx.require_scene() if cfg.method == "tsdf" else None
+    record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=ctx.cfg.fusion.mask_dir, backend=ctx.backend,
+                        overwrite=ctx.overwrite)
+    ctx.counts["mesh_vertices"] = record["vertices"]
+    ctx.counts["mesh_faces"] = record["faces"]

@@ -1,0 +1,68 @@
+"""The mesh stage in the pipeline: opt-in stage list, fingerprint keys, outputs and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mvs_pipeline import fingerprints
+from mvs_pipeline.config.loader import load_config
+from mvs_pipeline.errors import MVSError
+from mvs_pipeline.io.mesh_ply import face_count, read_mesh_ply
+from mvs_pipeline.io.ply import write_ply
+from mvs_pipeline.mesh.params import MeshConfig
+from mvs_pipeline.mesh.stage import build_mesh
+from mvs_pipeline.pipeline import parse_stages
+
+from .test_poisson import sphere_cloud
+
+
+def test_mesh_is_opt_in():
+    assert "mesh" not in parse_stages(None)
+    assert parse_stages(None, optional=("mesh",))[-2:] == ["mesh", "evaluate"]
+    assert parse_stages("fusion,mesh") == ["fusion", "mesh"]
+
+
+def test_a_mesh_key_changes_the_mesh_chain_only(tmp_path):
+    def chains(cfg):
+        ctx = SimpleNamespace(cfg=cfg, out_dir=tmp_path, backend="cpu", gt=None)
+        return {s: fingerprints.stage_chain(s, ctx) for s in ("sampling", "mesh", "evaluate")}
+
+    cfg = load_config(None, ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
+                             "fusion.consume_pixels=false"])   # the `auto` keys as resolve_auto leaves them
+    a = chains(cfg)
+    b = chains(dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, trim_spacings=5.0)))
+    assert a["sampling"] == b["sampling"] and a["evaluate"] == b["evaluate"]
+    assert a["mesh"] != b["mesh"]
+    assert "mesh.trim_spacings 3.0 -> 5.0" in fingerprints.describe_changes(a["mesh"], b["mesh"], "mesh")
+    assert fingerprints.UPSTREAM["mesh"] == "fusion"
+
+
+def test_poisson_stage_writes_mesh_record_and_preview(tmp_path):
+    write_ply(tmp_path / "fused.ply", sphere_cloud(8000))
+    record = build_mesh(MeshConfig(), tmp_path)
+    assert (tmp_path / "mesh.ply").is_file() and face_count(tmp_path / "mesh.ply") == record["faces"] > 1000
+    assert json.loads((tmp_path / "mesh.json").read_text())["method"] == "poisson"
+    assert (tmp_path / "previews" / "mesh.npz").is_file()
+    mesh = read_mesh_ply(tmp_path / "mesh.ply")
+    assert mesh.colors is not None and abs(mesh.area() - np.pi) < 0.05 * np.pi
+    stamp = (tmp_path / "mesh.ply").stat().st_mtime_ns
+    build_mesh(MeshConfig(), tmp_path)   # current: skipped
+    assert (tmp_path / "mesh.ply").stat().st_mtime_ns == stamp
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    with pytest.raises(MVSError, match="fused.ply not found"):
+        build_mesh(MeshConfig(), tmp_path)
+    cloud = sphere_cloud(100)
+    cloud.normals = None
+    write_ply(tmp_path / "fused.ply", cloud)
+    with pytest.raises(MVSError, match="no normals"):
+        build_mesh(MeshConfig(), tmp_path)
+    scene = SimpleNamespace(views=[])
+    with pytest.raises(MVSError, match="no depth maps"):
+        build_mesh(MeshConfig(method="tsdf"), tmp_path, scene=scene)
