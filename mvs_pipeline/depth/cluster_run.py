@@ -315,9 +315,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     names = [scene.views[i].name for i in todo]
     if overwrite:
         remove_markers(passes)
-    # computing one pass writes no map of another, and a pass's maps are removed only once the
-    # pass after it has finished (pass_files.py), so what each pass lacks is known now
-    pending_by_pass = {pss.id: pending_views(scene, todo, passes, pss, overwrite) for pss in passes}
+    # what each pass lacks is known now (pending_views)
+    pending_by_pass = dict(zip((pss.id for pss in passes), pending_views(scene, todo, passes, overwrite)))
     counts = {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": 0,
               "depth_view_passes_resumed": sum(len(todo) - len(p) for p in pending_by_pass.values()),
               "depth_valid_pixels_computed": 0, "depth_pass_seconds": {}, "depth_cluster_pass_phases": {},

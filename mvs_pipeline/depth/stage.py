@@ -219,9 +219,9 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     names = [scene.views[i].name for i in todo]
     if overwrite:
         remove_markers(passes)
+    pending_by_pass = pending_views(scene, todo, passes, overwrite)
     try:
-        for pss in passes:
-            pending = pending_views(scene, todo, passes, pss, overwrite)
+        for pss, pending in zip(passes, pending_by_pass):
             resumed += len(todo) - len(pending)
             if not pending:   # a resumed pass: its marker and its predecessor's removal may be due still
                 writer.after_writes(partial(finish_pass, passes, pss, names, cfg.depth.sync_maps))
@@ -284,17 +284,22 @@ def fuses_photometric(cfg) -> bool:
     return getattr(fusion, "map_type", "auto") == "photometric"
 
 
-def pending_views(scene: Scene, todo: list[int], passes: list[DepthPass], pss: DepthPass,
-                  overwrite: bool) -> list[int]:
-    """The view_idx of `todo` whose maps of pass `pss` are still to compute (resume: none when a
+def pending_views(scene: Scene, todo: list[int], passes: list[DepthPass], overwrite: bool) -> list[list[int]]:
+    """Per pass, the view_idx of `todo` whose maps are still to compute (resume: none when a
     marker says so, passes.finished_by_marker; else the views whose maps are complete on disk
-    count as done)."""
-    if not overwrite and finished_by_marker(passes, pss):
-        pending = []
-    else:
-        pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
-    if not pending:
-        log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
+    count as done). Computing one pass writes no map of another, so this holds for the whole run.
+    A pass with views to compute whose previous pass's maps were removed (a final map deleted
+    after the run) gets that pass's missing maps computed again first, and so on back."""
+    def on_disk(pss: DepthPass) -> list[int]:
+        return [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
+
+    pending = [[] if not overwrite and finished_by_marker(passes, pss) else on_disk(pss) for pss in passes]
+    for k in range(len(passes) - 1, 0, -1):
+        if pending[k] and not pending[k - 1]:
+            pending[k - 1] = on_disk(passes[k - 1])   # same seeds: the same maps as before
+    for pss, views in zip(passes, pending):
+        if not views:
+            log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
     return pending
 
 

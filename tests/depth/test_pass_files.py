@@ -68,9 +68,8 @@ def test_finish_pass_marks_then_removes_the_previous_pass(tmp_path):
     assert json.loads(passes[2].marker.read_text()) == {"pass": "s1_geometric2", "views": 2}
     # a resume computes no view of a finished pass, even without its maps
     scene = type("Scene", (), {"views": [type("V", (), {"name": n}) for n in names]})
-    assert depth_stage.pending_views(scene, [0, 1], passes, passes[0], overwrite=False) == []
-    assert depth_stage.pending_views(scene, [0, 1], passes, passes[0], overwrite=True) == [0, 1]
-    assert depth_stage.pending_views(scene, [0, 1], passes, passes[3], overwrite=False) == []   # maps on disk
+    assert depth_stage.pending_views(scene, [0, 1], passes, False) == [[], [], [], [], [0, 1], [0, 1]]
+    assert depth_stage.pending_views(scene, [0, 1], passes, True) == [[0, 1]] * 6
     # the finest photometric maps sit beside the final ones in stereo/: only theirs are removed
     _write_pass(passes[4], names)
     finish_pass(passes, passes[3], names, durable=False)
@@ -198,3 +197,13 @@ def test_the_depth_estimate_is_the_peak_on_disk(scene, full, tmp_path, monkeypat
     previews = VIEWS * preview_bytes(W, H, 640)
     two_finest = VIEWS * 2 * (map_file_bytes(W, H, 1) + map_file_bytes(W, H, 3))
     assert max(held) == two_finest == estimate - previews, (held, estimate)
+
+
+@pytest.mark.slow
+def test_a_deleted_final_map_is_computed_again_from_the_first_pass(scene, full, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(full, out)
+    (out / "stereo" / "normal_maps" / "view_002.png.geometric.bin").unlink()
+    assert main(["-q", "run", str(scene), "-o", str(out), *DEPTH, *FAST]) == 0
+    assert _counts(out)["depth_view_passes_computed"] == 3 * VIEWS + 1   # the removed passes, then the view
+    assert _files(out) == _files(full)
