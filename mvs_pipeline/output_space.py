@@ -32,7 +32,7 @@ import json
 import os
 from pathlib import Path
 
-from .depth.passes import MAP_CHANNELS, finished_by_marker, plan_passes, scaled_size
+from .depth.passes import MAP_CHANNELS, pending_per_pass, plan_passes, scaled_size
 from .errors import MVSError
 from .io.colmap_maps import map_file_bytes, preview_bytes
 from .io.disk import check_free_space, check_writable_folder, disk_error_message, existing_ancestor
@@ -93,21 +93,24 @@ def _depth_bytes(ctx) -> int:
     passes = plan_passes(cfg, stereo, max(max(v.width, v.height) for v in scene.views),
                          keep_photometric=ctx.cfg.fusion.map_type == "photometric")
     views = [v for v, sources in zip(scene.views, sel.neighbors) if sources]   # no sources: no maps
+    pending = [set(js) for js in pending_per_pass(passes, [v.name for v in views], ctx.overwrite)]
     change = peak = 0     # bytes on disk beyond today's, as the stage goes on
     on_disk = []          # per pass: its maps' bytes once it has finished
     for pss in passes:
-        new = existing = 0
-        for view in views:
+        new = after = 0
+        for j, view in enumerate(views):
             w, h = scaled_size(view.width, view.height, pss.scale)
-            if finished_by_marker(passes, pss) or pss.done(view.name):
-                existing += sum(_size(pss.map_path(k, view.name)) for k in MAP_CHANNELS)
-            else:   # a file left of an unfinished view is replaced, one at a time
-                new += sum(map_file_bytes(w, h, MAP_CHANNELS[k]) for k in pss.kinds)
+            if j in pending[pss.index]:   # a file there (--overwrite, a view left unfinished) is replaced
+                full = sum(map_file_bytes(w, h, MAP_CHANNELS[k]) for k in pss.kinds)
+                new += max(0, full - sum(_size(pss.map_path(k, view.name)) for k in pss.kinds))
+                after += full
+            else:
+                after += sum(_size(pss.map_path(k, view.name)) for k in MAP_CHANNELS)
             if pss.final and not (stereo / "previews" / f"{view.name}.json").is_file():
                 new += preview_bytes(w, h, cfg.preview_max_size)
         change += new
         peak = max(peak, change)
-        on_disk.append(existing + new)
+        on_disk.append(after)
         if pss.index > 0 and not passes[pss.index - 1].keep:   # removed once this pass has finished
             change -= on_disk[pss.index - 1]
             on_disk[pss.index - 1] = 0

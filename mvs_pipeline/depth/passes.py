@@ -87,6 +87,22 @@ def finished_by_marker(passes: list[DepthPass], pss: DepthPass) -> bool:
     return any(p.finished() for p in passes[pss.index + 1:]) or (pss.finished() and not pss.final)
 
 
+def pending_per_pass(passes: list[DepthPass], names: list[str], overwrite: bool) -> list[list[int]]:
+    """Per pass, the indices into `names` (the views with maps) still to compute: none when a
+    marker says so (finished_by_marker), else the views without complete maps on disk. Computing
+    one pass writes no map of another, so this holds for the whole run. A pass with views to
+    compute whose previous pass's maps were removed (a final map deleted after the run) gets that
+    pass's missing maps computed again first, and so on back (same seeds: the same maps)."""
+    def on_disk(pss: DepthPass) -> list[int]:
+        return [j for j, name in enumerate(names) if overwrite or not pss.done(name)]
+
+    pending = [[] if not overwrite and finished_by_marker(passes, pss) else on_disk(pss) for pss in passes]
+    for k in range(len(passes) - 1, 0, -1):
+        if pending[k] and not pending[k - 1]:
+            pending[k - 1] = on_disk(passes[k - 1])
+    return pending
+
+
 def pass_id(scale: int, kind: str, repeat: int) -> str:
     """`s<scale>_photometric` or `s<scale>_geometric<repeat>`: the pass's folder name."""
     return f"s{scale}_{kind}" + (f"{repeat}" if kind == "geometric" else "")

@@ -41,7 +41,7 @@ from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .pass_files import finish_pass, remove_markers
-from .passes import DepthPass, filter_median_on, finished_by_marker, plan_passes, scaled_K, scaled_size
+from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fraction
@@ -285,18 +285,8 @@ def fuses_photometric(cfg) -> bool:
 
 
 def pending_views(scene: Scene, todo: list[int], passes: list[DepthPass], overwrite: bool) -> list[list[int]]:
-    """Per pass, the view_idx of `todo` whose maps are still to compute (resume: none when a
-    marker says so, passes.finished_by_marker; else the views whose maps are complete on disk
-    count as done). Computing one pass writes no map of another, so this holds for the whole run.
-    A pass with views to compute whose previous pass's maps were removed (a final map deleted
-    after the run) gets that pass's missing maps computed again first, and so on back."""
-    def on_disk(pss: DepthPass) -> list[int]:
-        return [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
-
-    pending = [[] if not overwrite and finished_by_marker(passes, pss) else on_disk(pss) for pss in passes]
-    for k in range(len(passes) - 1, 0, -1):
-        if pending[k] and not pending[k - 1]:
-            pending[k - 1] = on_disk(passes[k - 1])   # same seeds: the same maps as before
+    """Per pass, the view_idx of `todo` whose maps are still to compute (passes.pending_per_pass)."""
+    pending = [[todo[j] for j in js] for js in pending_per_pass(passes, [scene.views[i].name for i in todo], overwrite)]
     for pss, views in zip(passes, pending):
         if not views:
             log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))

@@ -159,9 +159,13 @@ def test_keep_pass_maps_keeps_them_and_switching_it_redoes_nothing(scene, full, 
 
 
 @pytest.mark.slow
-def test_a_changed_config_redoes_and_photometric_fusion_keeps_its_maps(scene, full, tmp_path, caplog):
+def test_a_changed_config_redoes_and_photometric_fusion_keeps_its_maps(scene, full, tmp_path, caplog, capsys):
     out = tmp_path / "out"
     shutil.copytree(full, out)
+    # fusion alone cannot bring the removed maps back: one line saying what to run
+    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "fusion", *FAST,
+                 "--set", "fusion.map_type=photometric"]) != 0
+    assert "no photometric depth maps" in capsys.readouterr().err
     # fusion of photometric maps needs the maps the default removes: the depth stage is redone
     assert main(["-q", "run", str(scene), "-o", str(out), *DEPTH, *FAST, "--set", "fusion.map_type=photometric"]) == 0
     assert "fusion.map_type null -> photometric" in caplog.text
