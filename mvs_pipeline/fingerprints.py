@@ -65,6 +65,7 @@ OUTPUTS = {
 IGNORED_KEYS = {
     "depth.sync_maps",         # fsync or not: the same bytes
     "depth.preview_max_size",  # only the PNG previews, which fusion does not read
+    "depth.keep_pass_maps",    # only whether maps no later stage reads stay (debugging); no map changes
     "fusion.cache_views",      # memory use only: fusion's points do not depend on the cache (fusion/stage.py)
     "evaluate.report",         # the report is rewritten by every run with evaluate (pipeline.py)
     "evaluate.report_max_views",
@@ -121,7 +122,13 @@ def own_items(name: str, ctx) -> dict:
         # seed: every PatchMatch draw. backend (resolved): PatchMatch is chaotic in the last float bit
         # (a propagation decision flips), so kernel and CPU twin give different maps, and a resumed pass
         # must not mix the two. No other stage's outputs depend on the backend beyond rounding.
-        return {**_config_items(cfg, ("depth", "patchmatch"), ("seed",)), "backend": ctx.backend}
+        items = {**_config_items(cfg, ("depth", "patchmatch"), ("seed",)), "backend": ctx.backend}
+        if cfg.fusion.map_type == "photometric" and cfg.depth.geometric_passes > 0:
+            # the depth stage keeps the finest photometric maps for fusion then (else they are removed
+            # after the geometric passes): switching to them redoes the depth stage. Recorded only
+            # then, so records of the other map types stay as they were.
+            items["fusion.map_type"] = "photometric"
+        return items
     if name == "fusion":
         # the maps it fuses, by stamp: also maps written by another tool, or by a depth run that
         # recorded nothing (this replaces fusion.json's own "no map newer than fused.ply" check)

@@ -11,8 +11,11 @@ Per stage (what each stage writes, from its own writers' constants):
               (on the same one they are hard-linked; undistorted or rescaled images, written new,
               are not counted: they are rarely larger than the model's share of the disk)
     views     a few small text files per view
-    depth     every (pass, view) whose maps are not yet complete: depth + normal + cost planes
-              (1 + 3 + 1 float32 per pixel of the pass's scale, COLMAP .bin), and the final
+    depth     the peak during the stage, pass by pass: every (pass, view) whose maps are not yet
+              complete adds the maps the pass writes (depth + normal, 1 + 3 float32 per pixel of
+              the pass's scale, COLMAP .bin; + cost, 1, where read or kept), and once a pass has
+              finished the previous pass's maps go unless kept (depth/pass_files.py): at 2 scales
+              two finest passes at once, 32 bytes per image pixel, 16 at the end; plus the final
               pass's PNG previews (bounded by their uncompressed size) of views without them
     fusion    valid depth pixels / (1 + min_consistent) points (every valid pixel fused, each
               point at the minimum support) x (28 B of fused.ply + 4 (2 + min_consistent) B of
@@ -29,7 +32,7 @@ import json
 import os
 from pathlib import Path
 
-from .depth.passes import MAP_CHANNELS, plan_passes, scaled_size
+from .depth.passes import MAP_CHANNELS, pending_per_pass, plan_passes, scaled_size
 from .errors import MVSError
 from .io.colmap_maps import map_file_bytes, preview_bytes
 from .io.disk import check_free_space, check_writable_folder, disk_error_message, existing_ancestor
@@ -87,18 +90,38 @@ def _views_bytes(ctx) -> int:
 def _depth_bytes(ctx) -> int:
     scene, sel, cfg = ctx.require_scene(), ctx.require_selection(), ctx.cfg.depth
     stereo = Path(ctx.out_dir) / "stereo"
-    passes = plan_passes(cfg, stereo, max(max(v.width, v.height) for v in scene.views))
-    needed = 0
-    for view, sources in zip(scene.views, sel.neighbors):
-        if not sources:  # no sources: no maps
-            continue
-        for pss in passes:
+    passes = plan_passes(cfg, stereo, max(max(v.width, v.height) for v in scene.views),
+                         keep_photometric=ctx.cfg.fusion.map_type == "photometric")
+    views = [v for v, sources in zip(scene.views, sel.neighbors) if sources]   # no sources: no maps
+    pending = [set(js) for js in pending_per_pass(passes, [v.name for v in views], ctx.overwrite)]
+    change = peak = 0     # bytes on disk beyond today's, as the stage goes on
+    on_disk = []          # per pass: its maps' bytes once it has finished
+    for pss in passes:
+        new = after = 0
+        for j, view in enumerate(views):
             w, h = scaled_size(view.width, view.height, pss.scale)
-            if not pss.done(view.name):
-                needed += sum(map_file_bytes(w, h, c) for c in MAP_CHANNELS.values())
+            if j in pending[pss.index]:   # a file there (--overwrite, a view left unfinished) is replaced
+                full = sum(map_file_bytes(w, h, MAP_CHANNELS[k]) for k in pss.kinds)
+                new += max(0, full - sum(_size(pss.map_path(k, view.name)) for k in pss.kinds))
+                after += full
+            else:
+                after += sum(_size(pss.map_path(k, view.name)) for k in MAP_CHANNELS)
             if pss.final and not (stereo / "previews" / f"{view.name}.json").is_file():
-                needed += preview_bytes(w, h, cfg.preview_max_size)
-    return needed
+                new += preview_bytes(w, h, cfg.preview_max_size)
+        change += new
+        peak = max(peak, change)
+        on_disk.append(after)
+        if pss.index > 0 and not passes[pss.index - 1].keep:   # removed once this pass has finished
+            change -= on_disk[pss.index - 1]
+            on_disk[pss.index - 1] = 0
+    return peak
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _valid_pixels(stereo: Path, view) -> int:

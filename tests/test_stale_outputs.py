@@ -218,7 +218,7 @@ def test_interrupted_redo_resumes_to_the_maps_of_an_uninterrupted_run(scene, bas
     fresh = tmp_path / "fresh"
     assert run(scene, fresh, *new, stages=depth_only) == 0
     expected = maps(fresh)
-    assert len(expected) == 12  # 4 views x depth, normal, cost
+    assert len(expected) == 8  # 4 views x depth, normal (no cost maps: nothing reads them)
 
     out = copy_of(base, tmp_path)
     calls = []
@@ -232,7 +232,7 @@ def test_interrupted_redo_resumes_to_the_maps_of_an_uninterrupted_run(scene, bas
 
     monkeypatch.setattr(depth_stage, "run_patchmatch", interrupted)
     assert run(scene, out, *new, stages=depth_only) == 130
-    assert len(maps(out)) == 6  # two views' maps of the new settings, nothing of the old ones
+    assert len(maps(out)) == 4  # two views' maps of the new settings, nothing of the old ones
     assert json.loads((out / "fingerprints" / "depth.json").read_text())["state"] == "running"
     monkeypatch.setattr(depth_stage, "run_patchmatch", real)
     assert run(scene, out, *new, stages=depth_only) == 0

@@ -15,6 +15,8 @@ disk and resubmits any view whose maps a dead worker took with it. So:
   * a worker killed mid-pass loses its running task and the maps it had queued (at most the
     writer's byte bound); Dask reruns the task elsewhere (`retries`), the end-of-pass check the rest;
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
+Once a pass has passed that check, the client writes its marker and removes the previous pass's
+maps (pass_files.py): no worker reads them any more.
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
 tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
 A worker's threads share those caches and take turns (WorkerCaches.compute_lock): one task
@@ -53,6 +55,7 @@ from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_locality import worker_blocks
+from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
@@ -312,13 +315,18 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     when some map is still to compute (a resumed run with every map on disk needs no cluster).
     `on_task_done(result)` (optional) is called in the client after each task."""
     sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
-    # computing one pass writes no map of another, so what each pass lacks is known now
-    pending_by_pass = {pss.id: pending_views(scene, todo, pss, overwrite) for pss in passes}
+    names = [scene.views[i].name for i in todo]
+    if overwrite:
+        remove_markers(passes)
+    # what each pass lacks is known now (pending_views)
+    pending_by_pass = dict(zip((pss.id for pss in passes), pending_views(scene, todo, passes, overwrite)))
     counts = {"depth_views": len(todo), "depth_passes": len(passes), "depth_view_passes_computed": 0,
               "depth_view_passes_resumed": sum(len(todo) - len(p) for p in pending_by_pass.values()),
               "depth_valid_pixels_computed": 0, "depth_pass_seconds": {}, "depth_cluster_pass_phases": {},
               "depth_cluster_workers": {}}
     if not any(pending_by_pass.values()):
+        for pss in passes:   # markers and removals a killed run left to do
+            finish_pass(passes, pss, names, cfg.depth.sync_maps)
         return counts
     if not hasattr(client, "submit"):
         client = client()
@@ -335,6 +343,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     for pss in passes:
         pending = pending_by_pass[pss.id]
         if not pending:
+            finish_pass(passes, pss, names, cfg.depth.sync_maps)
             continue
         start = time.perf_counter()
         try:
@@ -372,6 +381,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
                 what = "lost the connection to the Dask scheduler"
             raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {what}); "
                            f"the maps finished so far are kept: rerun the same command to resume") from exc
+        # every worker flushed its writes: the marker, and the previous pass's maps removed
+        finish_pass(passes, pss, names, cfg.depth.sync_maps)
         seconds[pss.id] = time.perf_counter() - start
     counts.update(depth_view_passes_computed=computed, depth_valid_pixels_computed=valid)
     return counts

@@ -116,6 +116,11 @@ class DepthConfig:
     preview_max_size: int | None = field(default=640, metadata=meta(
         "long side of the PNG previews in stereo/previews/ (every k-th pixel); the maps themselves keep "
         "their size (null = previews at full size)", "px", (16, 100000)))
+    keep_pass_maps: bool = field(default=False, metadata=meta(
+        "keep every pass's maps (stereo/passes/, the finest photometric maps, all cost maps) for debugging; "
+        "off, a pass's maps are removed once the pass that reads them has finished, and only the final "
+        "depth and normal maps stay (at 2 scales 75 -> 16 bytes per image pixel). Changes no map, so "
+        "switching it redoes nothing: it applies to the passes that finish from then on"))
     sync_maps: bool = field(default=False, metadata=meta(
         "fsync every map file before it counts as written (survives a power loss; slower: the maps of "
         "21 views at 3200 px are ~11 GB). Off, maps are still written atomically and a rerun redoes any "

@@ -15,7 +15,16 @@ Files (COLMAP's dense layout; image names may contain sub-folders):
     stereo/{depth,normal,cost}_maps/<name>.geometric.bin     finest scale, last geometric pass
                                                              (post-filtered; what fusion reads)
     stereo/passes/<pass id>/{depth,normal,cost}_maps/<name>.<type>.bin   every other pass
+    stereo/passes/<pass id>.finished                         the pass has all its maps
 Scale 0 is the finest (the loaded images), scale k has 2^-k of their size.
+
+What stays (issue #36 item 3: every pass's maps were 75 bytes per image pixel at 2 scales): a pass's
+maps are read only by the pass after it (its previous maps, and at a finer scale's first pass the
+coarser scale's last maps), so once that pass has finished they are removed (pass_files.py),
+unless `keep`: the final pass's, every pass's with depth.keep_pass_maps, and the finest
+photometric pass's when fusion fuses photometric maps. Cost maps are written only where a planar
+pass reads them (or with keep_pass_maps): fusion does not read them, the previews show them.
+The `.finished` marker is what tells a resume that a pass whose maps are gone was done.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ class DepthPass:
     final: bool          # the finest scale's last pass: post-filtered, read by fusion
     root: Path           # folder holding {depth,normal,cost}_maps/ for this pass
     planar: bool = False  # the planar-prior pass (kind photometric): prior from the pass before it
+    kinds: tuple[str, ...] = MAP_KINDS     # the maps written (depth last)
+    required: tuple[str, ...] = MAP_KINDS  # the maps a view needs on disk to count as done (a later pass reads them)
+    keep: bool = True     # the maps stay once the next pass has finished (else pass_files.py removes them)
+    marker: Path | None = None  # written once every view has its maps (None: no marker, done() per view only)
 
     @property
     def id(self) -> str:
@@ -58,9 +71,36 @@ class DepthPass:
             path.is_relative_to(self.root / f"{k}_maps") for k in MAP_KINDS)
 
     def done(self, name: str) -> bool:
-        """All three maps exist and are complete (each is written atomically, depth last; without
+        """The required maps exist and are complete (each is written atomically, depth last; without
         fsync a power loss can leave a renamed file short, which then counts as not done)."""
-        return all(colmap_array_complete(self.map_path(k, name), MAP_CHANNELS[k]) for k in MAP_KINDS)
+        return all(colmap_array_complete(self.map_path(k, name), MAP_CHANNELS[k]) for k in self.required)
+
+    def finished(self) -> bool:
+        """The pass's marker says every view has its maps (which may since have been removed)."""
+        return self.marker is not None and self.marker.is_file()
+
+
+def finished_by_marker(passes: list[DepthPass], pss: DepthPass) -> bool:
+    """Whether a marker says pass `pss` needs no computing: a later pass's (it no longer needs
+    these maps, which may be gone) or its own, except the final pass's: its maps are the stage's
+    output, checked per view (a view whose final maps were deleted is computed again)."""
+    return any(p.finished() for p in passes[pss.index + 1:]) or (pss.finished() and not pss.final)
+
+
+def pending_per_pass(passes: list[DepthPass], names: list[str], overwrite: bool) -> list[list[int]]:
+    """Per pass, the indices into `names` (the views with maps) still to compute: none when a
+    marker says so (finished_by_marker), else the views without complete maps on disk. Computing
+    one pass writes no map of another, so this holds for the whole run. A pass with views to
+    compute whose previous pass's maps were removed (a final map deleted after the run) gets that
+    pass's missing maps computed again first, and so on back (same seeds: the same maps)."""
+    def on_disk(pss: DepthPass) -> list[int]:
+        return [j for j, name in enumerate(names) if overwrite or not pss.done(name)]
+
+    pending = [[] if not overwrite and finished_by_marker(passes, pss) else on_disk(pss) for pss in passes]
+    for k in range(len(passes) - 1, 0, -1):
+        if pending[k] and not pending[k - 1]:
+            pending[k - 1] = on_disk(passes[k - 1])
+    return pending
 
 
 def pass_id(scale: int, kind: str, repeat: int) -> str:
@@ -103,8 +143,10 @@ def scaled_K(K: np.ndarray, width: int, height: int, size: tuple[int, int]) -> n
     return S @ np.asarray(K, dtype=np.float64)
 
 
-def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int) -> list[DepthPass]:
-    """Every pass in run order, coarsest scale first."""
+def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int, keep_photometric: bool = False
+                ) -> list[DepthPass]:
+    """Every pass in run order, coarsest scale first. `keep_photometric`: fusion reads the finest
+    photometric maps (fusion.map_type photometric), so they stay after the geometric passes."""
     stereo_dir = Path(stereo_dir)
     scales = num_scales(cfg, max_long_side)
     passes: list[DepthPass] = []
@@ -121,4 +163,16 @@ def plan_passes(cfg: DepthConfig, stereo_dir: Path, max_long_side: int) -> list[
             if not (last or finest_photometric):
                 pss = dataclasses.replace(pss, root=stereo_dir / "passes" / pss.id)
             passes.append(pss)
-    return passes
+    return [_files_kept(cfg, stereo_dir, passes, p, keep_photometric) for p in passes]
+
+
+def _files_kept(cfg: DepthConfig, stereo_dir: Path, passes: list[DepthPass], pss: DepthPass,
+                keep_photometric: bool) -> DepthPass:
+    """`pss` with the maps it writes and keeps (the module docstring says which)."""
+    # the planar pass reads the cost of the pass before it, to pick its support points
+    read = ("depth", "normal", "cost") if pss.index + 1 < len(passes) and passes[pss.index + 1].planar \
+        else ("depth", "normal")
+    finest_photometric = pss.root == stereo_dir and pss.kind == "photometric"
+    return dataclasses.replace(pss, kinds=MAP_KINDS if cfg.keep_pass_maps else read, required=read,
+                               keep=pss.final or cfg.keep_pass_maps or (finest_photometric and keep_photometric),
+                               marker=stereo_dir / "passes" / f"{pss.id}.finished")

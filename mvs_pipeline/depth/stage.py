@@ -13,11 +13,12 @@ The finest scale's last pass is post-filtered (median over checkerboard neighbou
 cost threshold) and written as `<name>.geometric.bin` (`.photometric.bin` without geometric
 passes), which is what fusion reads. Previews of the final maps go to stereo/previews/.
 
-Resume: a (pass, view) is done when its depth, normal and cost maps exist and are complete;
-each file is written atomically and depth last, so an interrupted run redoes only the views whose
-maps were still queued for writing. Every pass reads only maps of earlier passes (from memory, or
-from their files after a resume) and draws from a seed fixed per (pass, view), so a resumed run
-writes the same maps as an uninterrupted one.
+Resume: a pass is done when its marker (or a later pass's) says so, and a (pass, view) when the
+maps a later pass reads exist and are complete; each file is written atomically and depth last,
+so an interrupted run redoes only the views whose maps were still queued for writing. Every pass
+reads only maps of the pass before it (from memory, or from their files after a resume) and draws
+from a seed fixed per (pass, view), so a resumed run writes the same maps as an uninterrupted one.
+Once a pass has finished, the maps of the pass before it are removed unless kept (pass_files.py).
 
 On the GPU the maps stay on the device from pass to pass (caches.MapCache), and are copied
 to the host only to be written, in the background (writer.py).
@@ -29,6 +30,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +41,8 @@ from ..gpu.memory_budget import usable_bytes
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
-from .passes import DepthPass, filter_median_on, plan_passes, scaled_K, scaled_size
+from .pass_files import finish_pass, remove_markers
+from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fraction
@@ -212,11 +215,15 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
         maps = MapCache(before_disk_read=writer.wait_for)
     computed, resumed = 0, 0
     seconds: dict[str, float] = {}
+    names = [scene.views[i].name for i in todo]
+    if overwrite:
+        remove_markers(passes)
+    pending_by_pass = pending_views(scene, todo, passes, overwrite)
     try:
-        for pss in passes:
-            pending = pending_views(scene, todo, pss, overwrite)
+        for pss, pending in zip(passes, pending_by_pass):
             resumed += len(todo) - len(pending)
-            if not pending:
+            if not pending:   # a resumed pass: its marker and its predecessor's removal may be due still
+                writer.after_writes(partial(finish_pass, passes, pss, names, cfg.depth.sync_maps))
                 continue
             images.prefetch((v, pss.scale) for ref in pending for v in [ref, *sel.neighbors[ref]])
             start = time.perf_counter()
@@ -229,6 +236,8 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
             # a pass reads only the one before it: older maps would only hold memory (at 3200x2130
             # every pass's maps of 40 views are 4.4 GB, and the cache may keep a quarter of the GPU)
             maps.retain(pss.owns)
+            # once this pass's maps are written: its marker, and the previous pass's maps removed
+            writer.after_writes(partial(finish_pass, passes, pss, names, cfg.depth.sync_maps))
         prof.start()
         writer.flush()
         prof.stop("wait_for_writes")
@@ -262,17 +271,24 @@ def plan_depth_run(cfg, scene: Scene, sel: ViewSelection, out_dir: Path
     if skipped:
         log.warning("depth: %d view(s) without usable source views get no depth map", skipped)
     max_side = max(max(v.width, v.height) for v in scene.views)
-    passes = plan_passes(cfg.depth, Path(out_dir) / "stereo", max_side)
+    passes = plan_passes(cfg.depth, Path(out_dir) / "stereo", max_side, keep_photometric=fuses_photometric(cfg))
     log.info("depth: %d scale(s), passes: %s", passes[0].scale + 1, ", ".join(p.id for p in passes))
     return sel, todo, passes
 
 
-def pending_views(scene: Scene, todo: list[int], pss: DepthPass, overwrite: bool) -> list[int]:
-    """The view_idx of `todo` whose maps of pass `pss` are still to compute (resume: all three
-    maps complete on disk counts as done)."""
-    pending = [i for i in todo if overwrite or not pss.done(scene.views[i].name)]
-    if not pending:
-        log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
+def fuses_photometric(cfg) -> bool:
+    """Whether fusion will read the finest photometric maps, so that the depth stage keeps them
+    (fusion.map_type photometric; `auto` takes the geometric ones, which every view has)."""
+    fusion = getattr(cfg, "fusion", None)   # a caller may hand over the depth stage's sections only
+    return getattr(fusion, "map_type", "auto") == "photometric"
+
+
+def pending_views(scene: Scene, todo: list[int], passes: list[DepthPass], overwrite: bool) -> list[list[int]]:
+    """Per pass, the view_idx of `todo` whose maps are still to compute (passes.pending_per_pass)."""
+    pending = [[todo[j] for j in js] for js in pending_per_pass(passes, [scene.views[i].name for i in todo], overwrite)]
+    for pss, views in zip(passes, pending):
+        if not views:
+            log.info("depth: pass %s already done for all %d views; resuming", pss.id, len(todo))
     return pending
 
 

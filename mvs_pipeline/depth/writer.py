@@ -20,7 +20,7 @@ import numpy as np
 
 from ..gpu.loader import on_gpu
 from ..io.colmap_maps import write_colmap_planes, write_previews
-from .passes import MAP_KINDS, DepthPass
+from .passes import DepthPass
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,11 @@ def start_download(depth, normal, cost):
 
 
 def write_view_maps(pss: DepthPass, name: str, maps: ViewMaps, durable: bool) -> None:
-    write_colmap_planes(pss.map_path("normal", name), maps.normal_planes, durable)
-    write_colmap_planes(pss.map_path("cost", name), maps.cost[None], durable)     # one channel, as depth
-    write_colmap_planes(pss.map_path("depth", name), maps.depth[None], durable)   # last: marks the view done
+    """The pass's map kinds (passes.py: cost only where read or kept), depth last: it marks the view done."""
+    planes = {"normal": maps.normal_planes, "cost": maps.cost[None], "depth": maps.depth[None]}
+    for kind in ("normal", "cost", "depth"):
+        if kind in pss.kinds:
+            write_colmap_planes(pss.map_path(kind, name), planes[kind], durable)
 
 
 class MapWriter:
@@ -79,6 +81,7 @@ class MapWriter:
         self._pool = ThreadPoolExecutor(max_workers=threads)
         self._pending: deque = deque()
         self._pending_bytes = 0
+        self._barrier = None      # the last after_writes job: later writes wait for it
         self.durable = durable
         self.preview_max_size = preview_max_size
         self.max_pending_bytes = max_pending_bytes
@@ -91,8 +94,11 @@ class MapWriter:
         the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
         which must pass before the maps are written."""
         maps, event = start_download(depth, normal, cost)
+        barrier = self._barrier
 
         def job():
+            if barrier is not None:
+                barrier.result()   # the last after_writes first: its removals before these files
             if event is not None:
                 event.synchronize()   # the copy follows the view's kernels on the GPU's queue
             for check in checks:
@@ -107,11 +113,29 @@ class MapWriter:
                 valid = int((maps.depth > 0).sum())
             return time.perf_counter() - t0, valid
 
-        paths = frozenset(pss.map_path(kind, name) for kind in MAP_KINDS)
+        paths = frozenset(pss.map_path(kind, name) for kind in pss.kinds)
         self._pending.append((self._pool.submit(job), maps.nbytes, paths))
         self._pending_bytes += maps.nbytes
         while self._pending_bytes > self.max_pending_bytes and len(self._pending) > 1:
             self._wait_oldest()
+
+    def after_writes(self, fn) -> None:
+        """Run `fn()` in a writer thread once every write queued so far has finished (not at all
+        when one failed: its error is raised here as usual); writes queued later start after it, so
+        that the disk never holds both what it removes and what comes next (the peak that
+        output_space.py estimates). The jobs it waits for were queued first and so hold threads
+        before it does, and the later ones wait for it, which holds one: no job waits for a thread."""
+        earlier = [fut for fut, _, _ in self._pending]
+
+        def job():
+            for fut in earlier:
+                fut.result()
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0, 0
+
+        self._barrier = self._pool.submit(job)
+        self._pending.append((self._barrier, 0, frozenset()))
 
     def _wait_oldest(self) -> None:
         fut, nbytes, _ = self._pending.popleft()

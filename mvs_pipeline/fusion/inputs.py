@@ -125,6 +125,12 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
             mask = mask_path_for(mask_root, view.name)
             unmasked += mask is None
         inputs.append(ViewInputs(i, view.name, view.width, view.height, depth, normal, view.image_path, mask))
+    if resolved == "photometric" and not any(inputs) and \
+            any(map_path(stereo_dir, "depth_maps", v.name, "geometric").is_file() for v in scene.views):
+        # the depth stage keeps only the final (geometric) maps unless it ran for photometric fusion
+        raise MVSError(f"{stereo_dir / 'depth_maps'}: no photometric depth maps, only geometric ones: the depth "
+                       f"stage removes them after its geometric passes unless fusion.map_type is photometric "
+                       f"when it runs; run the depth stage too (--stages depth,fusion), which then redoes it")
     if missing:
         log.warning("fusion: %d of %d views have no %s depth map in %s and are skipped: %s", len(missing),
                     scene.num_views, resolved, stereo_dir / "depth_maps",

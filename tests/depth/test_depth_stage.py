@@ -22,8 +22,12 @@ FAST = ["--set", "backend=cpu", "--set", "depth.coarsest_max_size=160", "--set",
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+# every pass's maps stay (depth.keep_pass_maps): the tests below look at the earlier passes' maps
+KEEP = ["--set", "depth.keep_pass_maps=true"]
+
+
 def _fast(backend: str) -> list[str]:
-    return [*FAST, "--set", f"backend={backend}"]
+    return [*FAST, "--set", f"backend={backend}", *KEEP]
 
 
 def test_plan_scales_and_files(tmp_path):
@@ -79,6 +83,8 @@ def test_interrupted_run_resumes_to_identical_maps(synth_scene_factory, tmp_path
                                                           or "view_004" in rel)):
             (cut / rel).unlink()
     (cut / "stereo" / "depth_maps" / "view_004.png.photometric.bin.tmp").write_bytes(b"half")
+    for marker in (cut / "stereo" / "passes").glob("s0_*.finished"):   # the finest passes had not finished
+        marker.unlink()
     # a map renamed into place whose data never reached the disk (power loss without fsync)
     short = cut / "stereo" / "normal_maps" / "view_002.png.photometric.bin"
     short.write_bytes(short.read_bytes()[:100])
@@ -117,13 +123,13 @@ def test_maps_read_back_from_files_give_the_same_maps(synth_scene_factory, tmp_p
 def test_previous_pass_map_of_wrong_size_is_named(synth_scene_factory, tmp_path, capsys):
     scene = synth_scene_factory("object", views=5, width=200, height=150)
     out = tmp_path / "out"
-    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *FAST]) == 0
+    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *FAST, *KEEP]) == 0
     bad = out / "stereo" / "depth_maps" / "view_001.png.photometric.bin"
     write_depth_map(bad, np.ones((10, 12), np.float32))
     for p in (out / "stereo" / "depth_maps").glob("*.geometric.bin"):
         p.unlink()
     capsys.readouterr()
-    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *FAST]) != 0
+    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *FAST, *KEEP]) != 0
     err = capsys.readouterr().err
     assert str(bad) in err and "12x10" in err and "--overwrite" in err, err
 

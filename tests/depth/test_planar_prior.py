@@ -109,7 +109,7 @@ def test_depth_stage_runs_the_planar_pass_and_resumes_it(synth_scene_factory, tm
     out = tmp_path / "out"
     args = ["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", "--set", "backend=cpu",
             "--set", "depth.planar_prior=true", "--set", "depth.geometric_passes=1", "--set", "patchmatch.iterations=1",
-            "--set", "depth.multi_scale=false"]
+            "--set", "depth.multi_scale=false", "--set", "depth.keep_pass_maps=true"]   # every pass's maps stay
     assert main(args) == 0
     stereo = out / "stereo"
     planar = sorted((stereo / "depth_maps").glob("*.photometric.bin"))
