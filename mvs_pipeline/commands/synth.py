@@ -18,9 +18,9 @@ def register(sub) -> None:
     p.add_argument("--scene", required=True, choices=SCENE_NAMES,
                    help="object: ~1 m table-top objects; courtyard: ~10 m outdoor yard with sky; "
                         "room: 5x4x3 m room with low-texture walls; room_seen: the same room (same images "
-                        "for the same seed), its scans kept to what the views see; street: a 12 m wide street "
+                        "for the same seed), its scans kept to what two views see; street: a 12 m wide street "
                         "whose length grows with --views (0.8 m per 6 views + 40 m), each surface seen by "
-                        "~10-30 views, scans tiled along it (one per 15 m) and kept to what the views see")
+                        "~10-30 views, scans tiled along it (one per 15 m) and kept to what two views see")
     p.add_argument("--out", type=Path, required=True, help="output folder (created; existing files are replaced)")
     p.add_argument("--views", type=int, default=20, help="number of images (>= 3, default 20)")
     p.add_argument("--width", type=int, default=800, help="image width in px (default 800)")

@@ -314,14 +314,15 @@ SCANS_SEEN_BY = 2
 # A street that grows with the views, as a survey does: cameras walk along it and each surface
 # point is seen by the ~10-30 views near it, not by all of them (tests/synth/test_street.py).
 STREET_HALF_WIDTH = 6.0  # m, facades at y = +-6
-# Views alternate sides, each one VIEW_SPACING further along; a side's views cycle through the
-# yaws and, independently, the pitches, so any 3 consecutive views of a side overlap and every
-# (yaw, pitch) pair recurs every 6 views of a side (1.6 m).
+# Views turn to the other side every 3 views, each one VIEW_SPACING further along; the 3 views
+# of a side look back, straight and forward, and their pitches alternate, so the 3 overlap and
+# every (yaw, pitch) pair recurs every 6 views of a side (1.6 m).
 VIEW_SPACING = 0.8 / 6  # m along the street per view: 7.5 views a metre
 STREET_YAWS = (-15.0, 0.0, 15.0)  # deg off the facade normal: back, straight, forward
 STREET_PITCHES = (14.0, -4.0)  # deg: the upper floors, then the ground floor and pavement
 STREET_END_MARGIN = 20.0  # m of street beyond the first and last station, so the end views see facades
 SCAN_TILE = 15.0  # m of street per scanner; each keeps only the hits in its own stretch
+SCAN_OVERHANG = 4.0  # m: about half of the facade one view shows
 STREET_SCAN_RAYS = 1_500_000  # default rays per scanner: the scans grow with the street, not denser
 
 
@@ -347,7 +348,9 @@ def _street_mesh(x_lo: float, x_hi: float, rng: np.random.Generator) -> SceneMes
             for bz in np.arange(3.3, height - 1.5, 3.1):
                 bx = x + rng.uniform(1.0, max(1.5, length - 4.0))
                 slab(bx, bx + 2.2, side, 0.9, bz, bz + 0.18, "concrete")
-            slab(x, x + length, side, 1.6, 0.0, 0.14, "concrete")  # pavement
+            for px in np.arange(x, x + length - 1e-6, 2.0):  # pavement, in 2 m pieces: Open3D's
+                # compute_distance (the tests' check) errs by mm next to a 20 m x 0.14 m face
+                slab(px, min(px + 2.0, x + length), side, 1.6, 0.0, 0.14, "concrete")
             x += length + rng.uniform(4.0, 7.0)
     return b.build()
 
@@ -356,7 +359,7 @@ def _street_cameras(views: int, K: np.ndarray, width: int, height: int,
                     rng: np.random.Generator) -> list[Camera]:
     cams = []
     for k in range(views):
-        side, i = (1.0 if k % 2 == 0 else -1.0), k // 2
+        side, i = (1.0 if k // 3 % 2 == 0 else -1.0), k // 6 * 3 + k % 3  # i: the view's index on its side
         yaw = np.radians(STREET_YAWS[i % len(STREET_YAWS)] + rng.uniform(-3, 3))
         pitch = np.radians(STREET_PITCHES[i % len(STREET_PITCHES)] + rng.uniform(-2, 2))
         center = np.array([k * VIEW_SPACING + rng.uniform(-0.05, 0.05), rng.uniform(-0.3, 0.3),
@@ -378,10 +381,10 @@ def _street_scene(views: int, width: int, height: int, rng: np.random.Generator)
     K = intrinsics(width, height, 0.8)
     cams = _street_cameras(views, K, width, height, rng)
     x_lo, x_hi = street_extent(views)
-    # Scanners along the cameras' stretch, one per tile, each keeping the hits in its tile: the
-    # scans' size grows with the street, their density stays. Past the stretch's ends the views
-    # see little of the surface (a survey's edge): no ground truth there.
-    first, last = 0.0, max((views - 1) * VIEW_SPACING, 1.0)
+    # Scanners along the cameras' stretch and SCAN_OVERHANG past its ends, one per tile, each
+    # keeping the hits in its tile: the scans' size grows with the street, their density stays.
+    # Farther out the views see little of the surface (a survey's edge): no ground truth there.
+    first, last = -SCAN_OVERHANG, (views - 1) * VIEW_SPACING + SCAN_OVERHANG
     tiles = max(2, int(np.ceil((last - first) / SCAN_TILE)))
     edges = np.linspace(first, last, tiles + 1)
     scanners = [Scanner(position=((a + b) / 2, 1.0 if i % 2 else -1.0, 1.7), yaw=float(rng.uniform(0, 2 * np.pi)),

@@ -34,10 +34,12 @@ def max_depth(cam: Camera, rc: o3d.t.geometry.RaycastingScene) -> float | None:
     return float(t.max() * DEPTH_MARGIN[0] + DEPTH_MARGIN[1]) if len(t) else None
 
 
-def views_seeing(cameras: list[Camera], rc: o3d.t.geometry.RaycastingScene, world: np.ndarray) -> np.ndarray:
-    """[N] int32: how many of `cameras` see each world point [N, 3] (m) of a surface in `rc`."""
+def views_seeing(cameras: list[Camera], rc: o3d.t.geometry.RaycastingScene, world: np.ndarray,
+                 depths: list[float | None] | None = None) -> np.ndarray:
+    """[N] int32: how many of `cameras` see each world point [N, 3] (m) of a surface in `rc`
+    (`depths`: each camera's max_depth, computed when not given)."""
     count = np.zeros(len(world), np.int32)
-    depths = [max_depth(cam, rc) for cam in cameras]
+    depths = [max_depth(cam, rc) for cam in cameras] if depths is None else depths
     for s in range(0, len(world), POINT_CHUNK):
         chunk = world[s:s + POINT_CHUNK]
         index = AxisIndex(chunk)
@@ -63,9 +65,10 @@ def keep_seen(scans: list[Scan], cameras: list[Camera], rc: o3d.t.geometry.Rayca
               min_views: int) -> list[Scan]:
     """The scans with only their points that >= `min_views` of `cameras` see (scanner frames kept)."""
     out = []
+    depths = [max_depth(cam, rc) for cam in cameras]
     for scan in scans:
         pose = scan.world_from_scan
         world = scan.points.astype(np.float64) @ pose[:3, :3].T + pose[:3, 3]
-        seen = views_seeing(cameras, rc, world) >= min_views
+        seen = views_seeing(cameras, rc, world, depths) >= min_views
         out.append(Scan(scan.name, pose, scan.points[seen], scan.angular_step))
     return out
