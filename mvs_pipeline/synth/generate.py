@@ -82,8 +82,9 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
     scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
     scene's default (2 mm for object, 1 cm for the others). max_scan_points caps the
     rays of all scans together (None: 3e6, the street 1.5e6 per scanner, so its scans grow with
-    it). normals=False writes no gt/normal maps (12 bytes a pixel, the most of a view's bytes). workers > 1 renders and writes that many views at once in
-    worker processes (view_jobs.py); the files do not depend on `workers`. backend "cuda"
+    it). normals=False writes no gt/normal maps (12 bytes a pixel, the most of a view's bytes).
+    workers > 1 renders and writes that many views at once in worker processes (view_jobs.py);
+    the files do not depend on `workers`. backend "cuda"
     evaluates the textures with CuPy (resolved by the caller); the images then agree with the
     CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). `timings`, a dict, gets
     each stage's wall time in seconds (scripts/bench_synth.py). Returns `out_dir`.

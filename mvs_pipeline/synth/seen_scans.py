@@ -20,33 +20,41 @@ from .scans import Scan
 from .sparse import VISIBILITY_TOLERANCE, AxisIndex, project_fast
 
 POINT_CHUNK = 1_000_000  # scan points tested at once: bounds the per-view temporaries
-COARSE_GRID = (48, 36)  # rays per view (columns, rows) that bound how far it sees
-DEPTH_MARGIN = (1.5, 0.5)  # the farthest coarse hit x 1.5 + 0.5 m: beyond, a view tests no scan point
+COARSE_GRID = (96, 72)  # rays per view (columns, rows, the image's edges included) that bound what it sees
+REACH_MARGIN = 2.0  # m around the coarse rays' hits: what the rays between them may still reach
 
 
-def max_depth(cam: Camera, rc: o3d.t.geometry.RaycastingScene) -> float | None:
-    """z-depth (m) beyond which `cam` sees nothing, from a coarse grid of rays with a margin
-    (None: it sees no surface). Bounds which scan points a view of a long street can see."""
+def reach(cam: Camera, rc: o3d.t.geometry.RaycastingScene) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) world box (m) of what `cam` sees: a coarse grid of its rays' hits and a margin
+    (None: it sees no surface). A view of a long street sees ~30 m of it, far less than the box
+    around its viewing pyramid, so each view tests only the scan points near its own stretch.
+    A surface seen only between two coarse rays (0.7 degrees apart at 800 px) and more than
+    REACH_MARGIN beyond every hit would be missed; the scenes have none."""
     cols, rows = COARSE_GRID
-    uu, vv = np.meshgrid((np.arange(cols) + 0.5) * cam.width / cols, (np.arange(rows) + 0.5) * cam.height / rows)
-    t = rc.cast_rays(make_rays(cam.center, cam.ray_directions(np.stack([uu.ravel(), vv.ravel()], 1))))["t_hit"].numpy()
-    t = t[np.isfinite(t)]
-    return float(t.max() * DEPTH_MARGIN[0] + DEPTH_MARGIN[1]) if len(t) else None
+    uu, vv = np.meshgrid(np.linspace(0.0, cam.width, cols), np.linspace(0.0, cam.height, rows))
+    dirs = cam.ray_directions(np.stack([uu.ravel(), vv.ravel()], 1))
+    t = rc.cast_rays(make_rays(cam.center, dirs))["t_hit"].numpy().astype(np.float64)
+    hit = np.isfinite(t)
+    if not hit.any():
+        return None
+    points = cam.center + t[hit, None] * dirs[hit]
+    return points.min(axis=0) - REACH_MARGIN, points.max(axis=0) + REACH_MARGIN
 
 
 def views_seeing(cameras: list[Camera], rc: o3d.t.geometry.RaycastingScene, world: np.ndarray,
-                 depths: list[float | None] | None = None) -> np.ndarray:
+                 boxes: list | None = None) -> np.ndarray:
     """[N] int32: how many of `cameras` see each world point [N, 3] (m) of a surface in `rc`
-    (`depths`: each camera's max_depth, computed when not given)."""
+    (`boxes`: each camera's reach, computed when not given)."""
     count = np.zeros(len(world), np.int32)
-    depths = [max_depth(cam, rc) for cam in cameras] if depths is None else depths
+    boxes = [reach(cam, rc) for cam in cameras] if boxes is None else boxes
     for s in range(0, len(world), POINT_CHUNK):
         chunk = world[s:s + POINT_CHUNK]
         index = AxisIndex(chunk)
-        for cam, depth in zip(cameras, depths):
-            if depth is None:
+        for cam, box in zip(cameras, boxes):
+            if box is None:
                 continue
-            near = index.near(cam, depth)
+            near = index.in_slab(*box)
+            near = near[np.all((chunk[near] >= box[0]) & (chunk[near] <= box[1]), axis=1)]
             points = chunk[near]
             uv, z = project_fast(cam, points)
             idx = np.flatnonzero((z > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < cam.width)
@@ -65,10 +73,10 @@ def keep_seen(scans: list[Scan], cameras: list[Camera], rc: o3d.t.geometry.Rayca
               min_views: int) -> list[Scan]:
     """The scans with only their points that >= `min_views` of `cameras` see (scanner frames kept)."""
     out = []
-    depths = [max_depth(cam, rc) for cam in cameras]
+    boxes = [reach(cam, rc) for cam in cameras]
     for scan in scans:
         pose = scan.world_from_scan
         world = scan.points.astype(np.float64) @ pose[:3, :3].T + pose[:3, 3]
-        seen = views_seeing(cameras, rc, world, depths) >= min_views
+        seen = views_seeing(cameras, rc, world, boxes) >= min_views
         out.append(Scan(scan.name, pose, scan.points[seen], scan.angular_step))
     return out

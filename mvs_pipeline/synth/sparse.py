@@ -66,12 +66,15 @@ class AxisIndex:
         self.order = np.argsort(points[:, self.axis], kind="stable")
         self.coord = points[self.order, self.axis]
 
-    def near(self, cam: Camera, max_depth: float) -> np.ndarray:
-        """Sorted indices of the points inside the box around `cam`'s viewing pyramid cut at
-        z-depth `max_depth` (m): a superset of those it can see no farther than that."""
-        lo, hi = _frustum_box(cam, max_depth)
+    def in_slab(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Sorted indices of the points between lo and hi [3] (m) along the indexed axis."""
         a = self.axis
         return np.sort(self.order[np.searchsorted(self.coord, lo[a], "left"):np.searchsorted(self.coord, hi[a], "right")])
+
+    def near(self, cam: Camera, max_depth: float) -> np.ndarray:
+        """Sorted indices of (a superset of) the points inside the box around `cam`'s viewing
+        pyramid cut at z-depth `max_depth` (m): those it can see no farther than that."""
+        return self.in_slab(*_frustum_box(cam, max_depth))
 
 
 def project_fast(cam: Camera, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
