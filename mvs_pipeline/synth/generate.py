@@ -49,7 +49,6 @@ DEFAULT_MAX_SCAN_POINTS = 3_000_000
 SPARSE_POINTS_TARGET = 4000  # candidate points seeded over all views (before track filtering)
 SPARSE_SEEDS_PER_VIEW = (150, 800)  # clamp for the per-view share of the target
 IMAGE_READ_AHEAD = 4  # images decoded ahead while colouring the sparse points
-DEPTH_MARGIN = 1.5  # x a view's deepest pixel (+ 0.1 m): where its visibility tests stop
 
 
 def _check_args(name: str, views: int, width: int, height: int, seed: int,
@@ -119,10 +118,9 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
         depth_min = min((r[0] for r in ranges), default=np.inf)
         depth_max = max((r[1] for r in ranges), default=0.0)
         candidates = [v.candidates for v in summaries]
-        # No surface a view sees lies beyond its deepest pixel by more than a pixel's slope (the
-        # margin is generous): the tracks then test each view against the points near it only.
-        max_depths = [None if v.depth_range is None else DEPTH_MARGIN * v.depth_range[1] + 0.1 for v in summaries]
-        model = _timed(timings, "sparse", _build_sparse, spec, rc, candidates, max_depths, out_dir, stems,
+        # Each view tests the candidates near the surface it sees only (linear in the views).
+        reach = [v.reach for v in summaries]
+        model = _timed(timings, "sparse", _build_sparse, spec, rc, candidates, reach, out_dir, stems,
                        seed, seeds_per_view, normals)
         _timed(timings, "sparse", write_colmap_model, out_dir / "sparse" / "0", spec.cameras, names, model.keypoints,
                model.keypoint_point_idx, model.points, model.colors)
@@ -209,14 +207,14 @@ def _remove_stale(out_dir: Path, stems: list[str], scans: list, normals: bool = 
             eth3d.rmdir()
 
 
-def _build_sparse(spec, rc, candidates, max_depths, out_dir: Path, stems: list[str], seed: int,
+def _build_sparse(spec, rc, candidates, reach, out_dir: Path, stems: list[str], seed: int,
                   seeds_per_view: int, normal_files: bool = True) -> sparse_mod.SparseModel:
     """Track filtering over all seeded candidates, topping up views that see too few points."""
     cameras = spec.cameras
     points = np.concatenate([c.points for c in candidates])
     normals = np.concatenate([c.normals for c in candidates])
     cand = sparse_mod.Candidates(points, normals)
-    vis = sparse_mod.visibility(cameras, rc, cand, max_depths)
+    vis = sparse_mod.visibility(cameras, rc, cand, reach)
     keep = sparse_mod.keep_triangulable(cameras, cand, vis)
     for round_ in range(1, 4):
         short = np.flatnonzero(vis[keep].sum(axis=0) < sparse_mod.MIN_POINTS_PER_IMAGE)
@@ -232,7 +230,7 @@ def _build_sparse(spec, rc, candidates, max_depths, out_dir: Path, stems: list[s
                                                       np.random.default_rng([seed, 0x5EED, v, round_])))
         more = sparse_mod.Candidates(np.concatenate([e.points for e in extra]),
                                      np.concatenate([e.normals for e in extra]))
-        more_vis = sparse_mod.visibility(cameras, rc, more, max_depths)
+        more_vis = sparse_mod.visibility(cameras, rc, more, reach)
         cand = sparse_mod.Candidates(np.concatenate([cand.points, more.points]),
                                      np.concatenate([cand.normals, more.normals]))
         vis = np.concatenate([vis, more_vis])

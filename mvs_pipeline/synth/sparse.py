@@ -49,12 +49,20 @@ def sample_candidates(cam: Camera, depth: np.ndarray, normal_cam: np.ndarray, co
     return Candidates(points, normals)
 
 
-def _frustum_box(cam: Camera, max_depth: float) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) world box around the camera's viewing pyramid cut at z-depth `max_depth` (m)."""
-    corners = np.array([[0.0, 0.0], [cam.width, 0.0], [0.0, cam.height], [cam.width, cam.height]])
-    far = cam.center + max_depth * cam.ray_directions(corners)
-    pts = np.vstack([cam.center, far])
-    return pts.min(axis=0), pts.max(axis=0)
+REACH_MARGIN = (0.5, 0.05)  # m + share of the depth: how far past its pixels' surface a view may see
+
+
+def surface_box(cam: Camera, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) world box (m) around the surface a view's pixel centres see (depth [H, W], 0 =
+    nothing), widened by REACH_MARGIN: what it sees between its pixel centres lies inside too.
+    A street view sees ~30 m of street; the box around its viewing pyramid spans ~90 m."""
+    rows, cols = np.nonzero(depth > 0)
+    if len(rows) == 0:
+        return None
+    z = depth[rows, cols].astype(np.float64)
+    points = cam.center + z[:, None] * cam.ray_directions(np.stack([cols + 0.5, rows + 0.5], axis=1))
+    margin = REACH_MARGIN[0] + REACH_MARGIN[1] * z.max()
+    return points.min(axis=0) - margin, points.max(axis=0) + margin
 
 
 class AxisIndex:
@@ -71,11 +79,6 @@ class AxisIndex:
         a = self.axis
         return np.sort(self.order[np.searchsorted(self.coord, lo[a], "left"):np.searchsorted(self.coord, hi[a], "right")])
 
-    def near(self, cam: Camera, max_depth: float) -> np.ndarray:
-        """Sorted indices of (a superset of) the points inside the box around `cam`'s viewing
-        pyramid cut at z-depth `max_depth` (m): those it can see no farther than that."""
-        return self.in_slab(*_frustum_box(cam, max_depth))
-
 
 def project_fast(cam: Camera, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Camera.project without BLAS: OpenBLAS spreads a [N, 3] @ [3, 3] product over every core,
@@ -90,17 +93,23 @@ def project_fast(cam: Camera, points: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def visibility(cameras: list[Camera], rc: o3d.t.geometry.RaycastingScene, cand: Candidates,
-               max_depths: list[float | None] | None = None) -> np.ndarray:
+               reach: list | None = None) -> np.ndarray:
     """[M, V] bool: which views observe which candidate points.
 
-    max_depths[v] (m, None = unknown): no surface view v sees lies farther. Each view then tests
-    only the candidates inside the box around its viewing pyramid to that depth (a range of the
-    candidates sorted along the scene's longest axis), so a long scene costs each view a constant
-    number of tests instead of one per candidate of the whole scene."""
+    reach[v]: None (view v sees nothing), or the world box (lo, hi) (m) that holds all it sees.
+    Each view then tests only the candidates in the box (a range of the candidates sorted along
+    the scene's longest axis, then the box), so a long scene costs each view a constant number
+    of tests instead of one per candidate of the whole scene."""
     vis = np.zeros((len(cand.points), len(cameras)), dtype=bool)
     index = AxisIndex(cand.points)
     for v, cam in enumerate(cameras):
-        subset = None if max_depths is None or max_depths[v] is None else index.near(cam, max_depths[v])
+        subset = None
+        if reach is not None:
+            if reach[v] is None:
+                continue
+            lo, hi = reach[v]
+            subset = index.in_slab(lo, hi)
+            subset = subset[np.all((cand.points[subset] >= lo) & (cand.points[subset] <= hi), axis=1)]
         points = cand.points if subset is None else cand.points[subset]
         uv, z = project_fast(cam, points)
         inside = np.flatnonzero((z > 0) & (uv[:, 0] >= BORDER_PX) & (uv[:, 0] <= cam.width - BORDER_PX)

@@ -53,6 +53,7 @@ class ViewJob:
 class ViewSummary:
     depth_range: tuple[float, float] | None  # (min, max) z-depth of the surface pixels, None if none
     candidates: sparse_mod.Candidates
+    reach: tuple[np.ndarray, np.ndarray] | None = None  # world box (m) of what the view sees, None if nothing
 
 
 def usable_cpus() -> int:
@@ -102,7 +103,7 @@ def _summarise(spec: SceneSpec, job: ViewJob, rv: RenderedView) -> ViewSummary:
     rng = (float(surface.min()), float(surface.max())) if len(surface) else None
     cand = sparse_mod.sample_candidates(spec.cameras[job.k], rv.depth, rv.normal, job.seeds_per_view,
                                         np.random.default_rng([job.scene[4], 0x5EED, job.k]))
-    return ViewSummary(rng, cand)
+    return ViewSummary(rng, cand, sparse_mod.surface_box(spec.cameras[job.k], rv.depth))
 
 
 _WORKER_SCENE: dict = {}
