@@ -71,4 +71,6 @@ def test_each_surface_point_is_seen_by_tens_of_views(streets, views):
 
 def test_the_work_per_view_does_not_grow(streets):
     per_view = {views: seconds for views, (_, seconds) in streets.items()}
-    assert per_view[300] < 1.5 * per_view[100], per_view
+    # Measured 1.2-1.4: each view's scan points grow until the street outruns its reach (~60 m;
+    # 300 views make 40 m), then stay. Work per (point, view) pair, as before, gave 2-4x here.
+    assert per_view[300] < 1.7 * per_view[100], per_view
