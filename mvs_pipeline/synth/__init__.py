@@ -3,8 +3,9 @@
     generate_scene(name, out_dir, views=20, width=800, height=600, seed=0, scans=True) -> out_dir
 
 Modules: texture (band-limited solid textures), geometry (meshes with materials), camera
-(pinhole poses and rays), scenes (the three scenes), render (one view: image, depth,
-normals), sparse (tracks and the COLMAP model), scans (ETH3D laser scans), generate (all of it).
+(pinhole poses and rays), scenes (the scenes), render (one view: image, depth, normals),
+sparse (tracks), colmap_writer (the COLMAP model), scans (ETH3D laser scans), seen_scans (scans
+kept to what the views see), generate (all of it).
 """
 
 from .scene_names import SCENE_NAMES

@@ -9,9 +9,10 @@ Output layout under `out_dir`:
                                        off the exact projection
     gt/depth/view_000.npy ...          [H, W] float32 z-depth (m), 0 where no surface
     gt/normal/view_000.npy ...         [H, W, 3] float32 camera-frame unit normals facing the
-                                       camera, 0 where no surface
+                                       camera, 0 where no surface (not with normals=False)
     gt/mesh.ply                        the triangle mesh, world coordinates
-    gt/eth3d/scan_alignment.mlp, scan_XX.ply   simulated laser scans (ETH3D format, see scans.py)
+    gt/eth3d/scan_alignment.mlp, scan_XX.ply   simulated laser scans (ETH3D format, see scans.py;
+                                       room_seen's and street's kept to what the views see: seen_scans.py)
     gt/scene.json                      parameters, light, image names, depth range; written last
 
 Every file is written atomically, and the same arguments give the same bytes.
@@ -33,10 +34,12 @@ import open3d as o3d
 from ..errors import MVSError
 from ..io.atomic import atomic_path, atomic_write_text
 from . import sparse as sparse_mod
-from .render import SENSOR_NOISE_SIGMA
+from .colmap_writer import write_colmap_model
+from .render import SENSOR_NOISE_SIGMA, render_normals
 from .scans import simulate_scans, write_scans
 from .scene_names import SCENE_NAMES
 from .scenes import build_scene
+from .seen_scans import keep_seen
 from .view_jobs import ViewJob, run_views
 
 log = logging.getLogger(__name__)
@@ -49,7 +52,7 @@ IMAGE_READ_AHEAD = 4  # images decoded ahead while colouring the sparse points
 
 
 def _check_args(name: str, views: int, width: int, height: int, seed: int,
-                scan_spacing: float | None, max_scan_points: int, workers: int = 1, backend: str = "cpu") -> None:
+                scan_spacing: float | None, max_scan_points: int | None, workers: int = 1, backend: str = "cpu") -> None:
     if name not in SCENE_NAMES:
         raise MVSError(f"synthetic scene '{name}' is unknown; choose one of {', '.join(SCENE_NAMES)}")
     if int(views) != views or views < sparse_mod.MIN_TRACK_LENGTH:
@@ -61,7 +64,7 @@ def _check_args(name: str, views: int, width: int, height: int, seed: int,
         raise MVSError(f"seed = {seed}: need a non-negative integer")
     if scan_spacing is not None and not 1e-4 <= scan_spacing <= 1.0:
         raise MVSError(f"scan_spacing = {scan_spacing} m: need a value in [0.0001, 1]")
-    if max_scan_points < 1000:
+    if max_scan_points is not None and max_scan_points < 1000:
         raise MVSError(f"max_scan_points = {max_scan_points}: need at least 1000")
     if int(workers) != workers or workers < 1:
         raise MVSError(f"workers = {workers}: need an integer >= 1")
@@ -71,19 +74,23 @@ def _check_args(name: str, views: int, width: int, height: int, seed: int,
 
 def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, height: int = 600,
                    seed: int = 0, scans: bool = True, *, scan_spacing: float | None = None,
-                   max_scan_points: int = DEFAULT_MAX_SCAN_POINTS, progress: bool = False,
-                   workers: int = 1, backend: str = "cpu", timings: dict | None = None) -> Path:
+                   max_scan_points: int | None = None, progress: bool = False,
+                   workers: int = 1, backend: str = "cpu", timings: dict | None = None, normals: bool = True) -> Path:
     """Render scene `name` (one of SCENE_NAMES) into `out_dir` (layout in the module doc).
 
     scan_spacing: laser point spacing (m) at the scene's reference distance; None = the
-    scene's default (2 mm for object, 1 cm for courtyard and room). max_scan_points caps the
-    rays of all scans together. workers > 1 renders and writes that many views at once in
-    worker processes (view_jobs.py); the files do not depend on `workers`. backend "cuda"
+    scene's default (2 mm for object, 1 cm for the others). max_scan_points caps the
+    rays of all scans together (None: 3e6, the street 1.5e6 per scanner, so its scans grow with
+    it). normals=False writes no gt/normal maps (12 bytes a pixel, the most of a view's bytes).
+    workers > 1 renders and writes that many views at once in worker processes (view_jobs.py);
+    the files do not depend on `workers`. backend "cuda"
     evaluates the textures with CuPy (resolved by the caller); the images then agree with the
     CPU's up to float64 rounding (tests/synth/test_synth_parallel.py). `timings`, a dict, gets
     each stage's wall time in seconds (benchmarks/bench_synth.py). Returns `out_dir`.
     """
     _check_args(name, views, width, height, seed, scan_spacing, max_scan_points, workers, backend)
+    if not isinstance(normals, bool):
+        raise MVSError(f"normals = {normals!r}: need True or False")
     views, width, height, seed = int(views), int(width), int(height), int(seed)
     out_dir = Path(out_dir)
     # scene.json marks a finished scene: drop an old one first so a crash cannot leave it
@@ -105,18 +112,21 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
         side_job = side.submit(_timed, timings, "mesh_and_scans", _write_mesh_and_scans, spec, out_dir, scans,
                                scan_spacing, max_scan_points)
         jobs = [ViewJob((name, views, width, height, seed), k, float(gains[k]), out_dir, stems[k], seeds_per_view,
-                        backend) for k in range(views)]
+                        backend, normals) for k in range(views)]
         summaries = _timed(timings, "views", run_views, spec, rc, jobs, int(workers), progress)
         ranges = [v.depth_range for v in summaries if v.depth_range is not None]
         depth_min = min((r[0] for r in ranges), default=np.inf)
         depth_max = max((r[1] for r in ranges), default=0.0)
         candidates = [v.candidates for v in summaries]
-        model = _timed(timings, "sparse", _build_sparse, spec.cameras, rc, candidates, out_dir, stems, seed,
-                       seeds_per_view)
-        sparse_mod.write_colmap_model(out_dir / "sparse" / "0", spec.cameras, names, model)
+        # Each view tests the candidates near the surface it sees only (linear in the views).
+        reach = [v.reach for v in summaries]
+        model = _timed(timings, "sparse", _build_sparse, spec, rc, candidates, reach, out_dir, stems,
+                       seed, seeds_per_view, normals)
+        _timed(timings, "sparse", write_colmap_model, out_dir / "sparse" / "0", spec.cameras, names, model.keypoints,
+               model.keypoint_point_idx, model.points, model.colors)
         scan_info, scan_list = side_job.result()
 
-    _remove_stale(out_dir, stems, scan_list)
+    _remove_stale(out_dir, stems, scan_list, normals)
     obs = model.observations_per_view()
     meta = {
         "scene": name, "seed": int(seed), "views": int(views), "width": int(width), "height": int(height),
@@ -132,6 +142,7 @@ def generate_scene(name: str, out_dir: Path, views: int = 20, width: int = 800, 
         "sparse": {"points": int(len(model.points)), "min_observations_per_image": int(obs.min()),
                    "mean_track_length": float(model.visible.sum(axis=1).mean()) if len(model.points) else 0.0},
         "scans": scan_info,
+        **({} if normals else {"normals": False}),   # key only when off: the default's bytes stay as they were
     }
     atomic_write_text(out_dir / "gt" / "scene.json", json.dumps(meta, indent=1) + "\n")
     return out_dir
@@ -159,21 +170,32 @@ def _write_mesh_and_scans(spec, out_dir: Path, scans: bool, scan_spacing: float 
     if not scans:
         return None, []
     spacing = spec.scan_spacing if scan_spacing is None else float(scan_spacing)
-    scan_list = simulate_scans(spec, spec.mesh.raycasting_scene(), spacing, max_scan_points)
+    if max_scan_points is None:
+        max_scan_points = (DEFAULT_MAX_SCAN_POINTS if spec.scan_rays_per_scanner is None
+                           else spec.scan_rays_per_scanner * len(spec.scanners))
+    rc = spec.mesh.raycasting_scene()
+    scan_list = simulate_scans(spec, rc, spacing, max_scan_points)
+    if spec.scans_seen_by is not None:
+        scan_list = keep_seen(scan_list, spec.cameras, rc, spec.scans_seen_by)
     write_scans(out_dir / "gt" / "eth3d", scan_list)
-    return {"count": len(scan_list), "requested_spacing_m": spacing,
+    info = {"count": len(scan_list), "requested_spacing_m": spacing,
             "reference_distance_m": spec.scan_reference_distance,
             "angular_step_rad": [s.angular_step for s in scan_list],
-            "points": [len(s.points) for s in scan_list]}, scan_list
+            "points": [len(s.points) for s in scan_list]}
+    if spec.scans_seen_by is not None:
+        info["kept_where_seen_by_views"] = spec.scans_seen_by
+    return info, scan_list
 
 
-def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
-    """Delete files an earlier run with more views or scans left behind (only our own names)."""
+def _remove_stale(out_dir: Path, stems: list[str], scans: list, normals: bool = True) -> None:
+    """Delete files an earlier run with more views, scans or normals left behind (only our own names)."""
     keep = set(stems)
     for folder, pattern in (("images", "view_*.png"), ("gt/depth", "view_*.npy"), ("gt/normal", "view_*.npy")):
         for path in (out_dir / folder).glob(pattern):
-            if path.stem not in keep:
+            if path.stem not in keep or (folder == "gt/normal" and not normals):
                 path.unlink()
+    if not normals and (out_dir / "gt" / "normal").is_dir() and not any((out_dir / "gt" / "normal").iterdir()):
+        (out_dir / "gt" / "normal").rmdir()
     eth3d = out_dir / "gt" / "eth3d"
     scan_names = {s.name for s in scans}
     for path in eth3d.glob("scan_*.ply"):
@@ -185,13 +207,14 @@ def _remove_stale(out_dir: Path, stems: list[str], scans: list) -> None:
             eth3d.rmdir()
 
 
-def _build_sparse(cameras, rc, candidates, out_dir: Path, stems: list[str], seed: int,
-                  seeds_per_view: int) -> sparse_mod.SparseModel:
+def _build_sparse(spec, rc, candidates, reach, out_dir: Path, stems: list[str], seed: int,
+                  seeds_per_view: int, normal_files: bool = True) -> sparse_mod.SparseModel:
     """Track filtering over all seeded candidates, topping up views that see too few points."""
+    cameras = spec.cameras
     points = np.concatenate([c.points for c in candidates])
     normals = np.concatenate([c.normals for c in candidates])
     cand = sparse_mod.Candidates(points, normals)
-    vis = sparse_mod.visibility(cameras, rc, cand)
+    vis = sparse_mod.visibility(cameras, rc, cand, reach)
     keep = sparse_mod.keep_triangulable(cameras, cand, vis)
     for round_ in range(1, 4):
         short = np.flatnonzero(vis[keep].sum(axis=0) < sparse_mod.MIN_POINTS_PER_IMAGE)
@@ -200,12 +223,14 @@ def _build_sparse(cameras, rc, candidates, out_dir: Path, stems: list[str], seed
         extra = []
         for v in short:  # reseed from the GT of the views that came up short
             depth = np.load(out_dir / "gt" / "depth" / f"{stems[v]}.npy")
-            normal = np.load(out_dir / "gt" / "normal" / f"{stems[v]}.npy")
+            # Without normal files, the same normals again from the mesh (ray casts, no texture).
+            normal = (np.load(out_dir / "gt" / "normal" / f"{stems[v]}.npy") if normal_files
+                      else render_normals(spec, rc, cameras[v]))
             extra.append(sparse_mod.sample_candidates(cameras[v], depth, normal, seeds_per_view * 2 ** round_,
                                                       np.random.default_rng([seed, 0x5EED, v, round_])))
         more = sparse_mod.Candidates(np.concatenate([e.points for e in extra]),
                                      np.concatenate([e.normals for e in extra]))
-        more_vis = sparse_mod.visibility(cameras, rc, more)
+        more_vis = sparse_mod.visibility(cameras, rc, more, reach)
         cand = sparse_mod.Candidates(np.concatenate([cand.points, more.points]),
                                      np.concatenate([cand.normals, more.normals]))
         vis = np.concatenate([vis, more_vis])

@@ -91,6 +91,35 @@ def _direct_light(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, points: n
     return direct
 
 
+def _facing_normals(hit: dict, idx: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """[n] unit world normals of the hits `idx` of rays `d` [n, 3], on the side each ray arrived from."""
+    n_world = hit["primitive_normals"].numpy()[idx].astype(np.float64)
+    n_world /= np.linalg.norm(n_world, axis=1, keepdims=True)
+    n_world *= -np.sign(np.einsum("ij,ij->i", n_world, d))[:, None]
+    return n_world
+
+
+def _pixel_rays(cam: Camera, r0: int, r1: int) -> np.ndarray:
+    """[(r1 - r0) * W, 3] world rays (camera-frame z = 1) through the pixel centres of rows r0..r1."""
+    cc, rr = np.meshgrid(np.arange(cam.width) + 0.5, np.arange(r0, r1) + 0.5)  # column i is at x = i + 0.5
+    return cam.ray_directions(np.stack([cc.ravel(), rr.ravel()], axis=1))
+
+
+def render_normals(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera) -> np.ndarray:
+    """[H, W, 3] float32: render_view's normals alone (ray casts, no texture), for a scene
+    written without its normal files."""
+    h, w = cam.height, cam.width
+    normal = np.zeros((h * w, 3), dtype=np.float32)
+    rows_per_block = max(1, PIXELS_PER_BLOCK // w)
+    for r0 in range(0, h, rows_per_block):
+        r1 = min(h, r0 + rows_per_block)
+        dirs = _pixel_rays(cam, r0, r1)
+        hit = rc.cast_rays(make_rays(cam.center, dirs), nthreads=ray_threads)
+        idx = np.flatnonzero(np.isfinite(hit["t_hit"].numpy()))
+        normal[r0 * w + idx] = (_facing_normals(hit, idx, dirs[idx]) @ cam.R.T).astype(np.float32)
+    return normal.reshape(h, w, 3)
+
+
 def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera, dirs: np.ndarray,
                   texture_seed: int, xp=np) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rays [N, 3] (camera-frame z = 1) -> (linear RGB [N, 3] float64, depth [N] float32,
@@ -103,10 +132,7 @@ def _render_block(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Came
     idx = np.flatnonzero(valid)
     prim = hit["primitive_ids"].numpy()[idx].astype(np.int64)
     d = dirs[idx]
-    n_world = hit["primitive_normals"].numpy()[idx].astype(np.float64)
-    n_world /= np.linalg.norm(n_world, axis=1, keepdims=True)
-    # Face the camera: the side of the triangle the ray arrived from.
-    n_world *= -np.sign(np.einsum("ij,ij->i", n_world, d))[:, None]
+    n_world = _facing_normals(hit, idx, d)
     depth_valid = t_hit[idx].astype(np.float64)
     points = center + depth_valid[:, None] * d
 
@@ -149,11 +175,9 @@ def render_view(spec: SceneSpec, rc: o3d.t.geometry.RaycastingScene, cam: Camera
     # Row blocks bound the float64 temporaries (~1 GB at 3200x2130 in one go); every pixel's
     # value is independent of the blocking, and the noise is drawn in row order.
     rows_per_block = max(1, (PIXELS_PER_BLOCK if xp is np else GPU_PIXELS_PER_BLOCK) // w)
-    cols = np.arange(w) + 0.5  # COLMAP pixel centres: column i is at x = i + 0.5
     for r0 in range(0, h, rows_per_block):
         r1 = min(h, r0 + rows_per_block)
-        cc, rr = np.meshgrid(cols, np.arange(r0, r1) + 0.5)
-        dirs = cam.ray_directions(np.stack([cc.ravel(), rr.ravel()], axis=1))
+        dirs = _pixel_rays(cam, r0, r1)  # COLMAP pixel centres
         linear, d, n, m = _render_block(spec, rc, cam, dirs, texture_seed, xp)
         encoded = np.clip(linear * gain, 0.0, 1.0) ** (1.0 / GAMMA)
         encoded += noise_rng.normal(0.0, SENSOR_NOISE_SIGMA, encoded.shape)

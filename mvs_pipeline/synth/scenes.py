@@ -1,4 +1,4 @@
-"""The three synthetic scenes: geometry, materials, light, camera paths and laser scanner set-ups.
+"""The synthetic scenes: geometry, materials, light, camera paths and laser scanner set-ups.
 
 - object:    a table (~1.2 m) with a box, sphere, torus, cylinder and cone on it, on a 5x5 m
              floor; cameras on two rings around it, all looking at it; studio background.
@@ -6,6 +6,10 @@
              benches; cameras walk a loop and look across the yard; sky above (no surface).
 - room:      5x4x3 m room with nearly uniform (low-texture) walls and ceiling, a textured
              floor, rug and furniture; cameras inside look across the room at the walls.
+- room_seen: the room, its scans kept to what the views see (the oracle then scores ~1).
+- street:    a 12 m wide street of blocks, as long as the views need (0.8 m per 6 views, plus
+             20 m at each end); cameras walk along it looking at both facades; sky above;
+             scanners tiled along it, their scans kept to what the views see.
 
 Geometry is fixed per scene; the seed changes texture patterns, camera jitter, scanner
 headings, exposures and sensor noise.
@@ -13,6 +17,7 @@ headings, exposures and sensor noise.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -61,6 +66,10 @@ class SceneSpec:
     scanners: list[Scanner]
     scan_spacing: float  # m, default point spacing at `scan_reference_distance`
     scan_reference_distance: float | None  # m; None: distance from each scanner to its roi centre
+    # Scan points kept only where this many views see them (seen_scans.py); None keeps them all.
+    scans_seen_by: int | None = None
+    # Default cap on the scans' rays: per scanner (a street's tiles) or, None, 3e6 for all together.
+    scan_rays_per_scanner: int | None = None
 
 
 def _unit(v) -> tuple[float, float, float]:
@@ -294,7 +303,110 @@ def _room_scene(views: int, width: int, height: int, rng: np.random.Generator) -
                      scanners, scan_spacing=0.01, scan_reference_distance=2.5)
 
 
-_BUILDERS = {"object": _object_scene, "courtyard": _courtyard_scene, "room": _room_scene}
+# Scans kept where this many views see the point: two, what stereo can reconstruct at all (the
+# oracle's rule too). With one, the ends of a room's sweep, seen by its first or last view
+# alone, stay in the ground truth: 8 views of 320x240 then had oracle completeness 0.81 at 2 cm.
+SCANS_SEEN_BY = 2
+
+
+
+# ---------------------------------------------------------------- street
+# A street that grows with the views, as a survey does: cameras walk along it and each surface
+# point is seen by the ~10-30 views near it, not by all of them (tests/synth/test_street.py).
+STREET_HALF_WIDTH = 6.0  # m, facades at y = +-6
+# Views turn to the other side every 3 views, each one VIEW_SPACING further along; the 3 views
+# of a side look back, straight and forward, and their pitches alternate, so the 3 overlap and
+# every (yaw, pitch) pair recurs every 6 views of a side (1.6 m).
+VIEW_SPACING = 0.8 / 6  # m along the street per view: 7.5 views a metre
+STREET_YAWS = (-15.0, 0.0, 15.0)  # deg off the facade normal: back, straight, forward
+STREET_PITCHES = (14.0, -4.0)  # deg: the upper floors, then the ground floor and pavement
+STREET_END_MARGIN = 20.0  # m of street beyond the first and last station, so the end views see facades
+SCAN_TILE = 15.0  # m of street per scanner; each keeps only the hits in its own stretch
+SCAN_OVERHANG = 4.0  # m: about half of the facade one view shows
+STREET_SCAN_RAYS = 1_500_000  # default rays per scanner: the scans grow with the street, not denser
+
+
+def _street_mesh(x_lo: float, x_hi: float, rng: np.random.Generator) -> SceneMesh:
+    """Blocks of 10-22 m with 4-7 m side streets between them on both sides of a 12 m street,
+    facades with pilasters, balconies and a pavement kerb (relief for the depth maps)."""
+    b = MeshBuilder(COURTYARD_MATERIALS)
+    w = STREET_HALF_WIDTH
+    b.add_quad((x_lo, -30.0, 0.0), (x_hi - x_lo, 0.0, 0.0), (0.0, 60.0, 0.0), "cobbles")
+    facades = ("plaster_ochre", "brick", "concrete", "stone")
+
+    def slab(x0, x1, side, depth, z0, z1, material):  # from the facade (y = side * w) into the street
+        y = sorted((side * w, side * (w - depth)))
+        b.add_box((x0, y[0], z0), (x1, y[1], z1), material)
+
+    for side in (1.0, -1.0):
+        x = x_lo
+        while x < x_hi:
+            length, height = rng.uniform(10.0, 22.0), rng.uniform(7.0, 13.0)
+            slab(x, x + length, side, -9.0, 0.0, height, facades[int(rng.integers(len(facades)))])
+            for px in np.arange(x + 1.5, x + length - 1.0, rng.uniform(2.8, 4.0)):
+                slab(px, px + 0.45, side, 0.25, 0.0, height, "stone")
+            for bz in np.arange(3.3, height - 1.5, 3.1):
+                bx = x + rng.uniform(1.0, max(1.5, length - 4.0))
+                slab(bx, bx + 2.2, side, 0.9, bz, bz + 0.18, "concrete")
+            for px in np.arange(x, x + length - 1e-6, 2.0):  # pavement, in 2 m pieces: Open3D's
+                # compute_distance (the tests' check) errs by mm next to a 20 m x 0.14 m face
+                slab(px, min(px + 2.0, x + length), side, 1.6, 0.0, 0.14, "concrete")
+            x += length + rng.uniform(4.0, 7.0)
+    return b.build()
+
+
+def _street_cameras(views: int, K: np.ndarray, width: int, height: int,
+                    rng: np.random.Generator) -> list[Camera]:
+    cams = []
+    for k in range(views):
+        side, i = (1.0 if k // 3 % 2 == 0 else -1.0), k // 6 * 3 + k % 3  # i: the view's index on its side
+        yaw = np.radians(STREET_YAWS[i % len(STREET_YAWS)] + rng.uniform(-3, 3))
+        pitch = np.radians(STREET_PITCHES[i % len(STREET_PITCHES)] + rng.uniform(-2, 2))
+        center = np.array([k * VIEW_SPACING + rng.uniform(-0.05, 0.05), rng.uniform(-0.3, 0.3),
+                           1.6 + rng.uniform(-0.1, 0.1)])
+        look = np.array([side * np.sin(yaw), side * np.cos(yaw), 0.0])  # yaw > 0: towards +x
+        target = center + 6.0 * (np.cos(pitch) * look + [0.0, 0.0, np.sin(pitch)])
+        R, t = look_at(center, target, roll=np.radians(rng.uniform(-2, 2)))
+        cams.append(Camera(K, R, t, width, height))
+    return cams
+
+
+def street_extent(views: int) -> tuple[float, float]:
+    """(x_lo, x_hi) m: the street's stretch for `views` views (the cameras' plus a margin)."""
+    last = (views - 1) * VIEW_SPACING
+    return -STREET_END_MARGIN, last + STREET_END_MARGIN
+
+
+def _street_scene(views: int, width: int, height: int, rng: np.random.Generator) -> SceneSpec:
+    K = intrinsics(width, height, 0.8)
+    cams = _street_cameras(views, K, width, height, rng)
+    x_lo, x_hi = street_extent(views)
+    # Scanners along the cameras' stretch and SCAN_OVERHANG past its ends, one per tile, each
+    # keeping the hits in its tile: the scans' size grows with the street, their density stays.
+    # Farther out the views see little of the surface (a survey's edge): no ground truth there.
+    first, last = -SCAN_OVERHANG, (views - 1) * VIEW_SPACING + SCAN_OVERHANG
+    tiles = max(2, int(np.ceil((last - first) / SCAN_TILE)))
+    edges = np.linspace(first, last, tiles + 1)
+    scanners = [Scanner(position=((a + b) / 2, 1.0 if i % 2 else -1.0, 1.7), yaw=float(rng.uniform(0, 2 * np.pi)),
+                        roi=((a, -16.0, -0.5), (b, 16.0, 14.0)))
+                for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+    return SceneSpec("street", _street_mesh(x_lo, x_hi, rng), cams, Light("sun", _sun(150.0, 45.0), ambient=0.45),
+                     "sky", scanners, scan_spacing=0.01, scan_reference_distance=STREET_HALF_WIDTH,
+                     scans_seen_by=SCANS_SEEN_BY, scan_rays_per_scanner=STREET_SCAN_RAYS)
+
+
+# The room whose scans keep what the views see: the same cameras, images and depth maps as
+# "room" with the same seed (the builder draws the same numbers), the ceiling and upper walls
+# that no camera looks at left out of the ground truth, so perfect depth maps score ~1.
+
+
+def _room_seen_scene(views: int, width: int, height: int, rng: np.random.Generator) -> SceneSpec:
+    return dataclasses.replace(_room_scene(views, width, height, rng), name="room_seen",
+                               scans_seen_by=SCANS_SEEN_BY)
+
+
+_BUILDERS = {"object": _object_scene, "courtyard": _courtyard_scene, "room": _room_scene,
+             "room_seen": _room_seen_scene, "street": _street_scene}
 
 
 def build_scene(name: str, views: int, width: int, height: int, seed: int) -> SceneSpec:
