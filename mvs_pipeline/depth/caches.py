@@ -130,11 +130,15 @@ class MapCache:
     """Maps of earlier passes, most recently used kept up to a byte budget. A pass's maps go in as
     they are computed (NumPy arrays, or CuPy arrays when the stage runs on the GPU: the next pass
     then reads them where they are); after a resume, or once pushed out, they are read from disk,
-    after `before_disk_read(path)` (the stage's writer: the file may still be queued there)."""
+    after `before_disk_read(path)` (the stage's writer: the file may still be queued there), and
+    moved by `to_device` (the GPU stage: cupy.asarray) so that a view's depth and normal are on one
+    device even when only one of them was pushed out (a small budget at 300 views: 'init_depth and
+    init_normal must both be NumPy or both CuPy arrays')."""
 
-    def __init__(self, max_bytes: int = 4 << 30, before_disk_read=None):
+    def __init__(self, max_bytes: int = 4 << 30, before_disk_read=None, to_device=None):
         self.max_bytes = max_bytes
         self.before_disk_read = before_disk_read
+        self.to_device = to_device
         self.bytes = 0
         self._cache: OrderedDict[Path, object] = OrderedDict()
 
@@ -164,6 +168,8 @@ class MapCache:
             raise MVSError(f"{path}: {kind} map of {what} is {a.shape[1]}x{a.shape[0]} px, expected "
                            f"{expected_shape[1]}x{expected_shape[0]} for this scale: maps from another "
                            f"configuration; rerun the depth stage with --overwrite")
+        if self.to_device is not None:
+            a = self.to_device(a)
         self.put(path, a)
         return a
 

@@ -143,8 +143,9 @@ class WorkerCaches:
         self.writer = MapWriter(durable=job.cfg.depth.sync_maps,
                                 preview_max_size=job.cfg.depth.preview_max_size)
         self.textures = None
-        max_map_bytes = 1 << 30
+        max_map_bytes, to_device = 1 << 30, None
         if job.backend == "cuda":
+            from ..gpu.loader import import_cupy  # noqa: PLC0415
             from ..gpu.memory_budget import set_budget, usable_bytes  # noqa: PLC0415
             from .patchmatch.cuda import TextureCache  # noqa: PLC0415
 
@@ -152,12 +153,13 @@ class WorkerCaches:
                 set_budget(job.cfg.gpu_memory)
             self.textures = TextureCache()
             max_map_bytes = usable_bytes() // 4
+            to_device = import_cupy().asarray   # maps read back from disk join the ones on the device
         worker = current_worker()
         images = _worker_images(worker, job.scene,
                                 _decoder_threads(job.workers_per_host, worker.address if worker else None),
                                 start=False)
         self._owns_images = worker is None   # else the worker's, kept for the next run of the scene
-        self.caches = ViewCaches(images, MapCache(max_map_bytes, self.writer.wait_for), self.writer, self.textures)
+        self.caches = ViewCaches(images, MapCache(max_map_bytes, self.writer.wait_for, to_device), self.writer, self.textures)
         self.passes = job.passes
         self.prefetched: set[int] = set()   # passes whose images this worker started decoding
         self._reported_valid = 0

@@ -207,10 +207,12 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     writer = MapWriter(durable=cfg.depth.sync_maps, preview_max_size=cfg.depth.preview_max_size)
     textures = None
     if on_gpu:   # sources and reference images stay on the GPU across references and passes
+        from ..gpu.loader import import_cupy  # noqa: PLC0415
         from .patchmatch.cuda import TextureCache  # noqa: PLC0415
 
         textures = TextureCache()
-        maps = MapCache(max_bytes=usable_bytes() // 4, before_disk_read=writer.wait_for)   # on the device
+        maps = MapCache(max_bytes=usable_bytes() // 4, before_disk_read=writer.wait_for,   # on the device
+                        to_device=import_cupy().asarray)
     else:
         maps = MapCache(before_disk_read=writer.wait_for)
     computed, resumed = 0, 0
