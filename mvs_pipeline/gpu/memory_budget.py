@@ -25,6 +25,9 @@ def set_budget(gib: float | None) -> None:
         pool.set_limit(size=0)   # 0: no limit
         return
     _budget_bytes = int(gib * 2**30)
+    # CuPy checks the limit only when the pool grows: a cached free block larger than the budget
+    # (left by earlier work in this process) would still be handed out, so the cache goes first
+    pool.free_all_blocks()
     pool.set_limit(size=_budget_bytes - texture_bytes())
 
 

@@ -19,6 +19,8 @@ def no_budget_after():
 
 
 def test_the_pool_is_capped_and_usable_bytes_follow(cupy, no_budget_after):
+    cached = cupy.empty(2 * GIB, dtype=cupy.uint8)
+    del cached   # a free 2 GiB block in the pool's cache, as earlier work leaves: it must not be handed out
     memory_budget.set_budget(1.0)
     limit = GIB - GIB // memory_budget.TEXTURE_SHARE
     assert cupy.get_default_memory_pool().get_limit() == limit
