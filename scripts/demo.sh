@@ -18,7 +18,7 @@ echo
 echo "outputs in $out/run (a COLMAP dense workspace):"
 echo "  fused.ply, fused.ply.vis   dense cloud (open it in MeshLab/CloudCompare/Open3D) and COLMAP visibility"
 echo "  fused_fps.ply              farthest point sample of the fused cloud"
-echo "  stereo/                    depth/normal/cost maps (COLMAP .bin) and PNG previews"
+echo "  stereo/                    final depth/normal maps (COLMAP .bin) and PNG previews of depth, normal, cost"
 echo "  report.html, eval/         evaluation against the scene's ground truth"
 echo "  run.json                   per-stage timings and counts; config.resolved.yaml"
 echo "ground truth of the synthetic scene: $out/scene/gt"
