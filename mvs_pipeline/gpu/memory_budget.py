@@ -31,10 +31,6 @@ def set_budget(gib: float | None) -> None:
     pool.set_limit(size=_budget_bytes - texture_bytes())
 
 
-def budget_bytes() -> int | None:
-    return _budget_bytes
-
-
 def texture_bytes() -> int | None:
     """The texture cache's share of the budget (None without one)."""
     return None if _budget_bytes is None else _budget_bytes // TEXTURE_SHARE
