@@ -8,13 +8,13 @@ COLMAP's Delaunay mesher reads it next to `fused.ply` in a dense workspace and u
 a position in `Reconstruction::RegImageIds()` of the workspace's `sparse/` model (`images.at(idx)`).
 Those indices are neither COLMAP image_ids nor our view_idx.
 
-Which index we write: COLMAP 3.12+ and pycolmap 4 (what writes our `OUT/sparse`) read a model's
-registered images into an id-ordered set, so RegImageIds() lists image_ids in ascending order and
-the index of a view is the rank of its image_id among all registered image_ids
-(`colmap_image_indices`). tests/test_fusion_io.py checks this against pycolmap's own
-`reg_image_ids()` on a model written with shuffled ids. Older COLMAP versions keep the order of
-`images.bin` instead; our `load` stage writes `OUT/sparse` from a model pycolmap has read, and
-pycolmap then writes images in ascending image_id order, so both readings agree on our outputs.
+Which index we write: the rank of a view's image_id among all registered image_ids
+(`colmap_image_indices`), i.e. RegImageIds() in ascending order. COLMAP 3.12+ and pycolmap 4 list
+registered images by frame: in frame_id order for a model with frames.bin (tests/test_fusion_io.py
+checks this against pycolmap's own `reg_image_ids()` on a model written with shuffled ids), in
+images.bin's order for one without, as older COLMAP versions do. Our `load` stage writes
+`OUT/sparse` without frames.bin and with images.bin in ascending image_id order
+(io/colmap_model_write.py; tests/scene/test_load_model.py), so every reading agrees on our outputs.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Output layout (COLMAP's, so COLMAP can open our results):
     OUT/images/<name>     pinhole images (undistorted and/or rescaled where needed)
     OUT/sparse/*.bin      the model with PINHOLE/SIMPLE_PINHOLE cameras matching OUT/images
     OUT/stereo/           filled by later stages (pair.txt, patch-match.cfg, depth/normal maps)
-Pinhole cameras are used as they are (images hard-linked or copied); any other camera model is
-undistorted with pycolmap (COLMAP's image_undistorter). `max_image_size` rescales images and
+Pinhole cameras are used as they are (images hard-linked or copied, the model written by
+io/colmap_model_write.py); any other camera model is undistorted with pycolmap (COLMAP's
+image_undistorter). `max_image_size` rescales images and
 intrinsics together. Work happens in OUT/.load.partial and is moved into place at the end, with
 `sparse/` last, so a present `OUT/sparse` means a finished load.
 """
@@ -25,10 +26,11 @@ import pycolmap
 from tqdm import tqdm
 
 from ..errors import MVSError
+from ..io.colmap_model_types import ColmapModel
+from ..io.colmap_model_write import write_binary_model
 from ..io.image_size import rescaled_size
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
-from .workspace import (WorkspaceLayout, detect_layout, has_model, read_model, read_scene,
-                        scene_from_reconstruction, views_from_reconstruction)
+from .workspace import WorkspaceLayout, detect_layout, has_model, read_model, read_scene, scene_from_model, views_from_model
 
 log = logging.getLogger(__name__)
 
@@ -78,32 +80,36 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _write_pinhole_workspace(rec: pycolmap.Reconstruction, scene: Scene, staging: Path, max_image_size: int | None,
-                             progress: bool) -> None:
-    new_size = {}
-    for cam_id, cam in rec.cameras.items():
-        new_size[cam_id] = (int(cam.width), int(cam.height)), rescaled_size(int(cam.width), int(cam.height), max_image_size)
+def _write_pinhole_workspace(model: ColmapModel, scene: Scene, staging: Path, max_image_size: int | None,
+                             progress: bool) -> ColmapModel:
+    """The images into staging/images (rescaled where max_image_size asks) and the model of them into
+    staging/sparse; returns that model."""
+    cameras = {}
+    for cam_id, cam in model.cameras.items():
+        size = tuple(rescaled_size(cam.width, cam.height, max_image_size))
+        cameras[cam_id] = cam if size == (cam.width, cam.height) else cam.rescaled(*size)
+    images = model.images
+    keypoints = list(images.keypoints)
+    index = {int(image_id): i for i, image_id in enumerate(images.image_ids)}
     for view in tqdm(scene.views, desc="prepare images", unit="img", disable=not progress):
-        im = rec.images[view.image_id]
-        (w, h), (nw, nh) = new_size[im.camera_id]
+        i = index[view.image_id]
+        cam, new = model.cameras[int(images.camera_ids[i])], cameras[int(images.camera_ids[i])]
         dst = staging / "images" / view.name
-        if (nw, nh) == (w, h):
+        if (new.width, new.height) == (cam.width, cam.height):
             _link_or_copy(view.image_path, dst)
             continue
         pixels = cv2.imread(str(view.image_path), cv2.IMREAD_UNCHANGED)
         if pixels is None:
             raise MVSError(f"{view.image_path}: image '{view.name}' could not be decoded")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if not cv2.imwrite(str(dst), cv2.resize(pixels, (nw, nh), interpolation=cv2.INTER_AREA)):
+        if not cv2.imwrite(str(dst), cv2.resize(pixels, (new.width, new.height), interpolation=cv2.INTER_AREA)):
             raise MVSError(f"{dst}: could not write the rescaled image")
-        sx, sy = nw / w, nh / h
-        for p in im.points2D:
-            p.xy = np.asarray(p.xy) * np.array([sx, sy])
-    for cam_id, ((w, h), (nw, nh)) in new_size.items():
-        if (nw, nh) != (w, h):
-            rec.cameras[cam_id].rescale(nw, nh)
+        keypoints[i] = keypoints[i].copy()
+        keypoints[i]["xy"] *= np.array([new.width / cam.width, new.height / cam.height])
+    prepared = dataclasses.replace(model, cameras=cameras, images=dataclasses.replace(images, keypoints=keypoints))
     (staging / "sparse").mkdir(parents=True)
-    rec.write_binary(str(staging / "sparse"))
+    write_binary_model(staging / "sparse", prepared)
+    return prepared
 
 
 def _undistort_workspace(cfg, layout, scene: Scene, staging: Path) -> None:
@@ -162,8 +168,8 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
         overwrite = True
     layout = check_workspace(workspace, out_dir, images, sparse, overwrite)
     log.info("load: %s layout, images %s, model %s", layout.kind, layout.images_dir, layout.sparse_dir)
-    rec, points = read_model(layout.sparse_dir)
-    scene = scene_from_reconstruction(rec, layout.images_dir, layout.sparse_dir, points)
+    model = read_model(layout.sparse_dir)
+    scene = scene_from_model(model, layout.images_dir, layout.sparse_dir)
     check_images(scene, progress)
     for view in scene.views:
         check_intrinsics(view.K, f"{layout.sparse_dir}: image '{view.name}'")
@@ -173,7 +179,7 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
     staging.mkdir(parents=True)
     pinhole = all(v.camera_model in PINHOLE_MODELS for v in scene.views)
     if pinhole:
-        _write_pinhole_workspace(rec, scene, staging, cfg.max_image_size, progress)
+        model = _write_pinhole_workspace(model, scene, staging, cfg.max_image_size, progress)
     else:
         _undistort_workspace(cfg, layout, scene, staging)
     for name in ("images", "sparse"):  # sparse last: it marks a finished load
@@ -183,8 +189,8 @@ def prepare_workspace(cfg, workspace: Path, out_dir: Path, images: Path | None =
         os.replace(staging / name, target)
     (out_dir / "stereo").mkdir(exist_ok=True)
     shutil.rmtree(staging)
-    if pinhole:   # the model just written is `rec` (cameras rescaled in place), its points the input's
-        prepared = dataclasses.replace(scene, views=views_from_reconstruction(rec, out_dir / "images", out_dir / "sparse"),
+    if pinhole:   # the model just written is `model`, its points the input's
+        prepared = dataclasses.replace(scene, views=views_from_model(model, out_dir / "images", out_dir / "sparse"),
                                        images_dir=out_dir / "images", sparse_dir=out_dir / "sparse")
     else:
         prepared = read_scene(out_dir / "images", out_dir / "sparse")

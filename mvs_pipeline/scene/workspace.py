@@ -7,12 +7,16 @@ Layouts recognised (checked in this order):
 - COLMAP dense workspace (what `colmap image_undistorter` writes, and what our `load` stage
   writes): `images/`, `sparse/{cameras,images,points3D}.{bin,txt}`, `stereo/`.
 - COLMAP project: `images/` + `sparse/` holding a model directly or in `sparse/0/`.
-All COLMAP I/O goes through pycolmap (binary or text models).
+The model files (binary or text) are read as arrays by io/colmap_model.py, not through pycolmap,
+whose per-keypoint objects took 2.5 s of a 500-view load stage; `scene_from_reconstruction` builds
+the same Scene from an in-memory pycolmap model (tests, and the reference the readers are compared
+against).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +24,8 @@ import numpy as np
 import pycolmap
 
 from ..errors import MVSError
-from ..io.colmap_model import ModelPoints, check_model_files
+from ..io.colmap_model import positions_of, read_model_files
+from ..io.colmap_model_types import ColmapModel, ModelPoints
 from .scene import Scene, View
 
 log = logging.getLogger(__name__)
@@ -84,25 +89,80 @@ def detect_layout(workspace: Path, images: Path | None = None, sparse: Path | No
     raise MVSError(f"{workspace}: no COLMAP model in 'sparse/' or 'sparse/0/'")
 
 
-def read_model(sparse_dir: Path) -> tuple[pycolmap.Reconstruction, ModelPoints]:
-    """Read a binary or text model and its sparse points as arrays; a corrupt model raises naming
-    the file (io/colmap_model.py), an empty one naming the folder."""
+def read_model(sparse_dir: Path) -> ColmapModel:
+    """Read a binary or text model as arrays; a corrupt model raises naming the file
+    (io/colmap_model.py), an empty one naming the folder."""
     sparse_dir = Path(sparse_dir)
     if not has_model(sparse_dir):
         raise MVSError(f"{sparse_dir}: no COLMAP model (cameras/images/points3D .bin or .txt)")
-    points = check_model_files(sparse_dir)
-    try:
-        rec = pycolmap.Reconstruction(str(sparse_dir))
-    except Exception as exc:  # pycolmap raises ValueError/RuntimeError; its C++ text means nothing to users
-        raise MVSError(f"{sparse_dir}: pycolmap cannot read this COLMAP model although its cameras, images and "
-                       f"points3D files are complete and consistent ({type(exc).__name__})") from exc
-    if rec.num_reg_images() == 0:
+    model = read_model_files(sparse_dir)
+    if not len(model.images.image_ids):
         raise MVSError(f"{sparse_dir}: COLMAP model has no registered images")
-    return rec, points
+    return model
 
 
 def read_reconstruction(sparse_dir: Path) -> pycolmap.Reconstruction:
-    return read_model(sparse_dir)[0]
+    """pycolmap's model of a folder, checked first (for callers that need pycolmap's cameras)."""
+    read_model(sparse_dir)
+    try:
+        return pycolmap.Reconstruction(str(sparse_dir))
+    except Exception as exc:  # pycolmap raises ValueError/RuntimeError; its C++ text means nothing to users
+        raise MVSError(f"{sparse_dir}: pycolmap cannot read this COLMAP model although its cameras, images and "
+                       f"points3D files are complete and consistent ({type(exc).__name__})") from exc
+
+
+def scene_from_model(model: ColmapModel, images_dir: Path, sparse_dir: Path) -> Scene:
+    """Convert to our arrays. Views are sorted by image name; checks names and counts. Points are
+    sorted by point3D_id, each track by view_idx without repeats; points no registered view sees are
+    dropped."""
+    views = views_from_model(model, images_dir, sparse_dir)
+    return _scene(views, model.points, images_dir, sparse_dir)
+
+
+def views_from_model(model: ColmapModel, images_dir: Path, sparse_dir: Path) -> list[View]:
+    """The registered images as Views, sorted by name (their view_idx); checks names and counts."""
+    images = model.images
+    _check_names(images.names, sparse_dir)
+    rotations = rotation_matrices(images.quaternions)
+    views = []
+    for i in sorted(range(len(images.names)), key=images.names.__getitem__):
+        cam = model.cameras[int(images.camera_ids[i])]
+        views.append(View(
+            image_id=int(images.image_ids[i]), name=images.names[i], image_path=Path(images_dir) / images.names[i],
+            camera_model=cam.model_name, width=int(cam.width), height=int(cam.height), K=cam.calibration_matrix(),
+            R=rotations[i], t=images.translations[i].copy(),
+        ))
+    return views
+
+
+def rotation_matrices(quaternions: np.ndarray) -> np.ndarray:
+    """[I, 3, 3] rotations of [I, 4] (w, x, y, z) quaternions with Eigen's toRotationMatrix
+    arithmetic: pycolmap's matrices bit for bit. pycolmap uses a stored quaternion as it is, so one
+    off unit length (a hand-edited text model) gives a matrix that is no rotation; such a quaternion
+    is normalised first, one of unit length to rounding is left alone (dividing it would move the
+    last bits, and with them the depth ranges' digits)."""
+    norm = np.linalg.norm(quaternions, axis=1, keepdims=True)
+    q = quaternions / np.where(np.abs(norm - 1.0) > 1e-12, norm, 1.0)
+    w, x, y, z = q.T
+    tx, ty, tz = 2 * x, 2 * y, 2 * z
+    twx, twy, twz, txx, txy, txz, tyy, tyz, tzz = tx * w, ty * w, tz * w, tx * x, ty * x, tz * x, ty * y, tz * y, tz * z
+    return np.stack([1 - (tyy + tzz), txy - twz, txz + twy,
+                     txy + twz, 1 - (txx + tzz), tyz - twx,
+                     txz - twy, tyz + twx, 1 - (txx + tyy)], axis=1).reshape(-1, 3, 3)
+
+
+def _check_names(names: list[str], sparse_dir: Path) -> None:
+    if len(names) < 2:
+        raise MVSError(f"{sparse_dir}: {len(names)} registered image(s); multi-view stereo needs at least 2")
+    dupes = sorted(name for name, count in Counter(names).items() if count > 1)
+    if dupes:
+        raise MVSError(f"{sparse_dir}: duplicate image names in the model: {', '.join(dupes[:5])}")
+
+
+def _scene(views: list[View], points: ModelPoints, images_dir: Path, sparse_dir: Path) -> Scene:
+    xyz, colors, offsets, track = _tracks_by_view_idx(points, np.array([v.image_id for v in views], np.int64))
+    return Scene(views=views, points_in_world=xyz, point_colors=colors, track_offsets=offsets,
+                 track_view_idx=track, images_dir=Path(images_dir), sparse_dir=Path(sparse_dir))
 
 
 def model_points_of(rec: pycolmap.Reconstruction) -> ModelPoints:
@@ -110,34 +170,22 @@ def model_points_of(rec: pycolmap.Reconstruction) -> ModelPoints:
     models, which read_model reads from the files instead)."""
     ids = sorted(rec.point3D_ids())
     pts = [rec.points3D[pid] for pid in ids]
-    return ModelPoints.from_lists(ids, [p.xyz for p in pts], [p.color for p in pts],
+    return ModelPoints.from_lists(ids, [p.xyz for p in pts], [p.color for p in pts], [p.error for p in pts],
                                   [[e.image_id for e in p.track.elements] for p in pts],
                                   [[e.point2D_idx for e in p.track.elements] for p in pts])
 
 
-def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path,
-                              points: ModelPoints | None = None) -> Scene:
-    """Convert to our arrays (`points`: the model's points as read_model gives them; taken from
-    `rec` when None). Views are sorted by image name; checks names and counts. Points are sorted
-    by point3D_id, each track by view_idx without repeats; points no registered view sees are
-    dropped."""
-    views = views_from_reconstruction(rec, images_dir, sparse_dir)
-    points = model_points_of(rec) if points is None else points
-    xyz, colors, offsets, track = _tracks_by_view_idx(points, np.array([v.image_id for v in views], np.int64))
-    return Scene(views=views, points_in_world=xyz, point_colors=colors, track_offsets=offsets,
-                 track_view_idx=track, images_dir=Path(images_dir), sparse_dir=Path(sparse_dir))
+def scene_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path) -> Scene:
+    """The Scene of an in-memory pycolmap model, through pycolmap's objects (what scene_from_model
+    gives for the model's files)."""
+    return _scene(views_from_reconstruction(rec, images_dir, sparse_dir), model_points_of(rec), images_dir, sparse_dir)
 
 
 def views_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sparse_dir: Path) -> list[View]:
-    """The registered images as Views, sorted by name (their view_idx); checks names and counts."""
+    """The registered images of an in-memory pycolmap model as Views, sorted by name."""
     images_dir = Path(images_dir)
     reg = [rec.images[i] for i in rec.reg_image_ids()]
-    if len(reg) < 2:
-        raise MVSError(f"{sparse_dir}: {len(reg)} registered image(s); multi-view stereo needs at least 2")
-    names = [im.name for im in reg]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise MVSError(f"{sparse_dir}: duplicate image names in the model: {', '.join(dupes[:5])}")
+    _check_names([im.name for im in reg], sparse_dir)
     reg.sort(key=lambda im: im.name)
     views = []
     for im in reg:
@@ -158,10 +206,9 @@ def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
     by_point_id = np.argsort(points.point_ids, kind="stable")
     rank = np.empty(len(by_point_id), dtype=np.int64)
     rank[by_point_id] = np.arange(len(by_point_id))
-    by_id = np.argsort(view_image_ids)
-    pos = np.clip(np.searchsorted(view_image_ids[by_id], points.track_image_ids), 0, len(by_id) - 1)
-    registered = view_image_ids[by_id][pos] == points.track_image_ids
-    view_idx = by_id[pos][registered]
+    view_idx = positions_of(view_image_ids, points.track_image_ids)
+    registered = view_idx >= 0
+    view_idx = view_idx[registered]
     point_rank = np.repeat(rank, points.track_lengths)[registered]
     n = len(view_image_ids)
     key = point_rank * n + view_idx
@@ -178,5 +225,4 @@ def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
 
 def read_scene(images_dir: Path, sparse_dir: Path) -> Scene:
     """Read a COLMAP model + image folder into a Scene (no image pixels are read)."""
-    rec, points = read_model(sparse_dir)
-    return scene_from_reconstruction(rec, images_dir, sparse_dir, points)
+    return scene_from_model(read_model(sparse_dir), images_dir, sparse_dir)
