@@ -203,17 +203,24 @@ def views_from_reconstruction(rec: pycolmap.Reconstruction, images_dir: Path, sp
 def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
     """(xyz [P', 3], colours [P', 3], track offsets [P' + 1], view_idx per observation) of the points
     that registered views see, in point3D_id order, each track sorted by view_idx, repeats removed."""
+    view_idx = positions_of(view_image_ids, points.track_image_ids)
+    lengths = points.track_lengths
+    registered = view_idx >= 0
+    if not registered.all():   # COLMAP writes only registered images: usually all are
+        seen = np.concatenate([[0], np.cumsum(registered)])
+        ends = np.cumsum(lengths)
+        lengths = seen[ends] - seen[ends - lengths]
+        view_idx = view_idx[registered]
+    if _in_order(points.point_ids, view_idx, lengths):  # nothing to sort or remove: a few passes, no sort
+        kept = np.flatnonzero(lengths)
+        return (points.xyz[kept].reshape(-1, 3), points.rgb[kept].reshape(-1, 3),
+                np.concatenate([[0], np.cumsum(lengths[kept])]).astype(np.int64), view_idx.astype(np.int32))
     by_point_id = np.argsort(points.point_ids, kind="stable")
     rank = np.empty(len(by_point_id), dtype=np.int64)
     rank[by_point_id] = np.arange(len(by_point_id))
-    view_idx = positions_of(view_image_ids, points.track_image_ids)
-    registered = view_idx >= 0
-    view_idx = view_idx[registered]
-    point_rank = np.repeat(rank, points.track_lengths)[registered]
     n = len(view_image_ids)
-    key = point_rank * n + view_idx
-    if not np.all(key[1:] >= key[:-1]):   # COLMAP writes points by id, tracks often by image: then no sort
-        key = np.sort(key)  # by point rank, then view_idx
+    key = np.repeat(rank, lengths) * n + view_idx
+    key = np.sort(key, kind="stable")  # by point rank, then view_idx (runs of whole tracks: timsort's case)
     key = key[np.concatenate([[True], key[1:] != key[:-1]])]  # repeats gone (np.unique hashes: 10x slower)
     point_of_key = key // n
     first = np.flatnonzero(np.concatenate([[True], point_of_key[1:] != point_of_key[:-1]]))[:len(key)]
@@ -221,6 +228,19 @@ def _tracks_by_view_idx(points: ModelPoints, view_image_ids: np.ndarray):
     kept = by_point_id[seen_rank]
     return (points.xyz[kept].astype(np.float64).reshape(-1, 3), points.rgb[kept].astype(np.uint8).reshape(-1, 3),
             np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), (key % n).astype(np.int32))
+
+
+def _in_order(point_ids: np.ndarray, view_idx: np.ndarray, lengths: np.ndarray) -> bool:
+    """Points by ascending id and every track by strictly ascending view_idx: COLMAP's own files
+    (points by id, tracks by image) when image names sort as their ids do."""
+    if len(point_ids) > 1 and not np.all(point_ids[1:] > point_ids[:-1]):
+        return False
+    if len(view_idx) < 2:
+        return True
+    rising = view_idx[1:] > view_idx[:-1]
+    starts = np.cumsum(lengths)[:-1]  # of tracks 1..P-1: a track may begin at any view_idx
+    rising[starts[(starts > 0) & (starts < len(view_idx))] - 1] = True
+    return bool(rising.all())
 
 
 def read_scene(images_dir: Path, sparse_dir: Path) -> Scene:

@@ -1,16 +1,21 @@
-"""The model the load stage writes into OUT/sparse (io/colmap_model_write.py, no pycolmap): what
-pycolmap wrote for the same model before, and images in the order io/vis_file.py relies on."""
+"""The model the load stage reads and writes without pycolmap: OUT/sparse is what pycolmap wrote
+for the same model before, its images in the order io/vis_file.py relies on, and the Scene's
+tracks are the same whatever order the files hold points and tracks in."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pycolmap
 import pytest
 
 from mvs_pipeline.config.loader import load_config
+from mvs_pipeline.io.colmap_model import read_model_files
+from mvs_pipeline.io.colmap_model_types import ModelPoints
 from mvs_pipeline.io.vis_file import colmap_image_indices
 from mvs_pipeline.scene import stage as load
-from mvs_pipeline.scene.workspace import read_scene, scene_from_reconstruction
+from mvs_pipeline.scene.workspace import read_scene, scene_from_model, scene_from_reconstruction
 from tests.tiny_model import build_tiny_reconstruction, write_colmap_project, write_images
 
 
@@ -69,3 +74,59 @@ def test_prepared_images_are_in_image_id_order(tmp_path):
         np.testing.assert_allclose(np.c_[a.R, a.t], np.c_[b.R, b.t], rtol=0, atol=1e-15)
     for field in ("points_in_world", "point_colors", "track_offsets", "track_view_idx"):
         np.testing.assert_array_equal(getattr(ours, field), getattr(reference, field))
+
+
+def _tracks_by_hand(model, views):
+    """Per point by id: the sorted view_idx set of its registered observations (points none sees left out)."""
+    view_of = {v.image_id: i for i, v in enumerate(views)}
+    ends = np.cumsum(model.points.track_lengths)
+    rows = []
+    for p in np.argsort(model.points.point_ids):
+        seen = sorted({view_of[int(i)] for i in model.points.track_image_ids[ends[p] - model.points.track_lengths[p]:ends[p]]
+                       if int(i) in view_of})
+        if seen:
+            rows.append((model.points.xyz[p], seen))
+    return rows
+
+
+def _reordered(points: ModelPoints, rng) -> ModelPoints:
+    """Points in another order, each track reversed and its first observation repeated."""
+    ends = np.cumsum(points.track_lengths)
+    order = rng.permutation(len(points.point_ids))
+    tracks = [np.arange(ends[p] - points.track_lengths[p], ends[p])[::-1] for p in order]
+    tracks = [np.concatenate([t, t[:1]]) for t in tracks]
+    every = np.concatenate(tracks)
+    return ModelPoints(points.point_ids[order], points.xyz[order], points.rgb[order], points.error[order],
+                       np.array([len(t) for t in tracks]), points.track_image_ids[every], points.track_point2d[every])
+
+
+@pytest.mark.parametrize("drop_image", [False, True])
+def test_tracks_in_any_order_give_the_same_scene(tmp_path, drop_image):
+    """COLMAP's files (points by id, tracks by image) need no sort; shuffled points, reversed tracks
+    and repeated observations go through the sort; both give the tracks a loop gives. With images
+    left out of the model their observations are dropped, and the points only they saw."""
+    rec = build_tiny_reconstruction(num_views=6, num_points=150, seed=4)
+    rec.write_binary(str(tmp_path))
+    model = read_model_files(tmp_path)
+    if drop_image:   # images 5 and 6 not registered; the first three points seen by them only
+        image_ids = model.points.track_image_ids.astype(np.int64)
+        image_ids[:np.sum(model.points.track_lengths[:3])] = 5 + np.arange(np.sum(model.points.track_lengths[:3])) % 2
+        model = dataclasses.replace(model, points=dataclasses.replace(model.points, track_image_ids=image_ids))
+        keep = model.images.image_ids < 5
+        images = model.images
+        model = dataclasses.replace(model, images=dataclasses.replace(
+            images, image_ids=images.image_ids[keep], camera_ids=images.camera_ids[keep],
+            quaternions=images.quaternions[keep], translations=images.translations[keep],
+            names=[n for n, k in zip(images.names, keep) if k], keypoints=[kp for kp, k in zip(images.keypoints, keep) if k]))
+    in_order = scene_from_model(model, tmp_path, tmp_path)
+    shuffled = scene_from_model(dataclasses.replace(model, points=_reordered(model.points, np.random.default_rng(0))),
+                                tmp_path, tmp_path)
+    expected = _tracks_by_hand(model, in_order.views)
+    assert len(expected) == len(model.points.point_ids) - 3 * drop_image
+    for scene in (in_order, shuffled):
+        assert len(scene.points_in_world) == len(expected)
+        tracks = np.split(scene.track_view_idx, scene.track_offsets[1:-1])
+        for (xyz, seen), point, track in zip(expected, scene.points_in_world, tracks):
+            np.testing.assert_array_equal(point, xyz)
+            assert track.tolist() == seen
+    assert scene.track_view_idx.dtype == np.int32 and scene.track_offsets.dtype == np.int64
