@@ -144,6 +144,8 @@ def points_by_view(scene: Scene) -> list[np.ndarray]:
     """Per view_idx, the indices of the sparse points it observes: one sort of the observations
     (a mask per view was O(views x observations): minutes at 500 views with long tracks)."""
     obs_point = np.repeat(np.arange(len(scene.points_in_world)), scene.track_lengths)
-    order = np.argsort(scene.track_view_idx, kind="stable")
-    bounds = np.searchsorted(scene.track_view_idx[order], np.arange(scene.num_views + 1))
+    # a stable sort of 16-bit keys is NumPy's radix sort, linear and 5x faster than that of int32
+    keys = scene.track_view_idx.astype(np.uint16) if scene.num_views <= 1 << 16 else scene.track_view_idx
+    order = np.argsort(keys, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(scene.track_view_idx, minlength=scene.num_views))])
     return [obs_point[order[bounds[i]:bounds[i + 1]]] for i in range(scene.num_views)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -32,6 +33,22 @@ def test_depth_range_contains_sparse_depths(tmp_path):
         z = v.world_to_cam(scene.points_in_world[scene.points_seen_by(i)])[:, 2]
         lo, hi = sel.depth_ranges[i]
         assert lo == pytest.approx(z.min() / 1.1) and hi == pytest.approx(z.max() * 1.3)
+
+
+def test_points_by_view_is_points_seen_by(tmp_path):
+    """The one sort of all observations (a radix sort of 16-bit view_idx) gives, per view, what a
+    mask over the observations gives, in the same order."""
+    scene = _scene(build_tiny_reconstruction(num_views=6, num_points=10), tmp_path)
+    rng = np.random.default_rng(2)
+    tracks = [rng.permutation(6)[:rng.integers(0, 7)] for _ in range(400)]
+    scene = dataclasses.replace(scene, points_in_world=rng.normal(size=(400, 3)),
+                                point_colors=np.zeros((400, 3), np.uint8),
+                                track_offsets=np.concatenate([[0], np.cumsum([len(t) for t in tracks])]),
+                                track_view_idx=np.concatenate(tracks).astype(np.int32))
+    by_view = selection.points_by_view(scene)
+    assert len(by_view) == 6
+    for i in range(6):
+        assert by_view[i].tolist() == scene.points_seen_by(i).tolist()
 
 
 def test_scores_follow_the_angle_prior(tmp_path):
