@@ -60,7 +60,9 @@ def _check_tracks(images: ModelImages, points: ModelPoints, path: Path) -> None:
     counts = np.array([len(k) for k in images.keypoints] + [0], dtype=np.int64)  # [-1]: no image
     pos = positions_of(images.image_ids, points.track_image_ids)
     point2d = points.track_point2d
-    bad = (point2d < 0) | (point2d >= counts[pos])
+    bad = point2d >= counts[pos]
+    if point2d.dtype.kind == "i":   # a text model's; a .bin's are unsigned
+        bad |= point2d < 0
     if bad.any():
         e = int(np.flatnonzero(bad)[0])
         point_id = points.point_ids[int(np.searchsorted(np.cumsum(points.track_lengths), e, side="right"))]

@@ -6,9 +6,9 @@ Output layout (COLMAP's, so COLMAP can open our results):
     OUT/stereo/           filled by later stages (pair.txt, patch-match.cfg, depth/normal maps)
 Pinhole cameras are used as they are (images hard-linked or copied, the model written by
 io/colmap_model_write.py); any other camera model is undistorted with pycolmap (COLMAP's
-image_undistorter). `max_image_size` rescales images and
-intrinsics together. Work happens in OUT/.load.partial and is moved into place at the end, with
-`sparse/` last, so a present `OUT/sparse` means a finished load.
+image_undistorter). `max_image_size` rescales images and intrinsics together. Work happens in
+OUT/.load.partial and is moved into place at the end, with `sparse/` last, so a present
+`OUT/sparse` means a finished load.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from ..io.colmap_model_types import ColmapModel
 from ..io.colmap_model_write import write_binary_model
 from ..io.image_size import rescaled_size
 from .scene import PINHOLE_MODELS, Scene, check_intrinsics
-from .workspace import WorkspaceLayout, detect_layout, has_model, read_model, read_scene, scene_from_model, views_from_model
+from .workspace import (WorkspaceLayout, detect_layout, has_model, read_model, read_scene, scene_from_model,
+                        views_from_model)
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ def varied_reconstruction(seed: int = 0, num_points: int = 40) -> pycolmap.Recon
     and one image deregistered (pycolmap then writes neither it nor its observations)."""
     rng = np.random.default_rng(seed)
     rec = pycolmap.Reconstruction()
-    cameras = [pycolmap.Camera(camera_id=3, model="SIMPLE_RADIAL", width=120, height=90, params=[100.5, 60.25, 44.75, 0.013]),
+    cameras = [pycolmap.Camera(camera_id=3, model="SIMPLE_RADIAL", width=120, height=90,
+                               params=[100.5, 60.25, 44.75, 0.013]),
                pycolmap.Camera(camera_id=1, model="PINHOLE", width=64, height=48, params=[58.1, 57.9, 32.2, 23.8]),
                pycolmap.Camera(camera_id=8, model="OPENCV", width=96, height=72,
                                params=[80.0, 81.0, 47.0, 36.5, 0.02, -0.01, 0.001, -0.002])]

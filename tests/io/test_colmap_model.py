@@ -43,7 +43,8 @@ def test_reader_gives_what_pycolmap_reads(tmp_path, write):
         np.testing.assert_array_equal(images.keypoints[i]["point3D_id"].astype(np.uint64),
                                       [p.point3D_id for p in other.points2D])
     unobserved = [i for i, k in enumerate(images.keypoints) if (k["point3D_id"] == -1).any()]  # INVALID_POINT3D_ID
-    assert unobserved and INVALID_POINT3D_ID in [p.point3D_id for p in ref.images[images.image_ids[unobserved[0]]].points2D]
+    assert unobserved
+    assert INVALID_POINT3D_ID in [p.point3D_id for p in ref.images[images.image_ids[unobserved[0]]].points2D]
 
     points = model.points
     assert sorted(points.point_ids.tolist()) == sorted(ref.point3D_ids()) and len(points.point_ids) > 30

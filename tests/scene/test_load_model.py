@@ -63,7 +63,8 @@ def test_prepared_images_are_in_image_id_order(tmp_path):
     scene = load.prepare_workspace(load_config(None, []), tmp_path / "ws", tmp_path / "out", progress=False)
     reg = pycolmap.Reconstruction(str(tmp_path / "out" / "sparse")).reg_image_ids()
     assert reg == [1, 2, 3, 4, 5]
-    assert colmap_image_indices([v.image_id for v in scene.views]).tolist() == [reg.index(v.image_id) for v in scene.views]
+    indices = colmap_image_indices([v.image_id for v in scene.views])
+    assert indices.tolist() == [reg.index(v.image_id) for v in scene.views]
     reference = scene_from_reconstruction(pycolmap.Reconstruction(str(tmp_path / "out" / "sparse")),
                                           tmp_path / "out" / "images", tmp_path / "out" / "sparse")
     ours = read_scene(tmp_path / "out" / "images", tmp_path / "out" / "sparse")
@@ -82,8 +83,8 @@ def _tracks_by_hand(model, views):
     ends = np.cumsum(model.points.track_lengths)
     rows = []
     for p in np.argsort(model.points.point_ids):
-        seen = sorted({view_of[int(i)] for i in model.points.track_image_ids[ends[p] - model.points.track_lengths[p]:ends[p]]
-                       if int(i) in view_of})
+        track = model.points.track_image_ids[ends[p] - model.points.track_lengths[p]:ends[p]]
+        seen = sorted({view_of[int(i)] for i in track if int(i) in view_of})
         if seen:
             rows.append((model.points.xyz[p], seen))
     return rows
@@ -117,7 +118,8 @@ def test_tracks_in_any_order_give_the_same_scene(tmp_path, drop_image):
         model = dataclasses.replace(model, images=dataclasses.replace(
             images, image_ids=images.image_ids[keep], camera_ids=images.camera_ids[keep],
             quaternions=images.quaternions[keep], translations=images.translations[keep],
-            names=[n for n, k in zip(images.names, keep) if k], keypoints=[kp for kp, k in zip(images.keypoints, keep) if k]))
+            names=[n for n, k in zip(images.names, keep) if k],
+            keypoints=[kp for kp, k in zip(images.keypoints, keep) if k]))
     in_order = scene_from_model(model, tmp_path, tmp_path)
     shuffled = scene_from_model(dataclasses.replace(model, points=_reordered(model.points, np.random.default_rng(0))),
                                 tmp_path, tmp_path)
