@@ -280,28 +280,44 @@ def case_disk_full_before_depth(tmp, pristine, prepared):
 
 def disk_fills_in(module: str, after_files: int) -> Patched:
     """Files that `module` opens for writing, from the `after_files`-th on, fail their second write
-    (after a header) with ENOSPC, as a full disk does: the OSError names no file."""
+    (after a header) with ENOSPC, as a full disk does: the OSError names no file. A write is a
+    call of the file's `write` or an `os.pwrite` by `module` on its descriptor (fused.ply's chunks
+    are written at their offsets)."""
     return Patched(f"""
-import builtins, errno, itertools, os, importlib
-_open, _count = builtins.open, itertools.count()
+import builtins, errno, itertools, os, importlib, types
+_open, _count, _writes = builtins.open, itertools.count(), {{}}
+def _second_write_fails(key):
+    _writes[key] = _writes.get(key, 0) + 1
+    if _writes[key] > 1:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 class _Full:
     def __init__(self, f):
-        self._f, self._writes = f, 0
+        self._f = f
+        _writes[f.fileno()] = 0
     def write(self, data):
-        self._writes += 1
-        if self._writes > 1:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        _second_write_fails(self._f.fileno())
         return self._f.write(data)
     def __getattr__(self, name):
         return getattr(self._f, name)
     def __enter__(self):
         return self
     def __exit__(self, *exc):
+        _writes.pop(self._f.fileno(), None)
         self._f.close()
 def _fake_open(path, mode="r", *a, **k):
     f = _open(path, mode, *a, **k)
     return _Full(f) if "w" in mode and next(_count) >= {after_files} else f
-importlib.import_module({module!r}).open = _fake_open
+def _pwrite(fd, data, offset):
+    if fd in _writes:
+        _second_write_fails(fd)
+    return os.pwrite(fd, data, offset)
+class _Os(types.ModuleType):
+    def __getattr__(self, name):
+        return getattr(os, name)
+_mod = importlib.import_module({module!r})
+_mod.open = _fake_open
+_mod.os = _Os("os")
+_mod.os.pwrite = _pwrite
 """)
 
 

@@ -3,6 +3,9 @@
 On the GPU a view's maps are copied to page-locked host buffers asynchronously (the normal map
 laid out planar, as the file wants it, on the device first); a writer thread waits for the copy's
 event and writes the files, so neither the host nor the GPU waits for downloads or the disk.
+A cost map is downloaded only where it is written or previewed (passes.py writes it only where a
+planar pass reads it); the page-locked buffers go back to the system when the writer closes
+(CuPy's pinned pool would otherwise keep them, resident, through the later stages).
 Every file is written atomically with depth last, so a crash loses at most the views still
 queued, which a rerun redoes (`DepthPass.done` also rejects a map left incomplete).
 """
@@ -10,6 +13,7 @@ queued, which a rerun redoes (`DepthPass.done` also rejects a map left incomplet
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -27,14 +31,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ViewMaps:
-    """One view's maps of one pass, on the host: depth [H, W], normal planes [3, H, W], cost [H, W]."""
+    """One view's maps of one pass, on the host: depth [H, W], normal planes [3, H, W], cost [H, W]
+    (None where the pass neither writes nor previews it)."""
     depth: np.ndarray
     normal_planes: np.ndarray
-    cost: np.ndarray
+    cost: np.ndarray | None
 
     @property
     def nbytes(self) -> int:
-        return self.depth.nbytes + self.normal_planes.nbytes + self.cost.nbytes
+        return self.depth.nbytes + self.normal_planes.nbytes + (0 if self.cost is None else self.cost.nbytes)
 
 
 def _empty_pinned(cp, shape, dtype) -> np.ndarray:
@@ -46,9 +51,9 @@ def _empty_pinned(cp, shape, dtype) -> np.ndarray:
 
 
 def start_download(depth, normal, cost):
-    """(ViewMaps, event or None): host copies of the maps. CuPy inputs are copied asynchronously
-    into page-locked buffers on the current stream (wait for the event before reading them);
-    NumPy inputs are used as they are."""
+    """(ViewMaps, event or None): host copies of the maps (cost None: not needed). CuPy inputs are
+    copied asynchronously into page-locked buffers on the current stream (wait for the event
+    before reading them); NumPy inputs are used as they are."""
     if not on_gpu(depth):
         return ViewMaps(depth, np.moveaxis(normal, 2, 0), cost), None
     import cupy as cp  # noqa: PLC0415
@@ -56,6 +61,9 @@ def start_download(depth, normal, cost):
     planes = cp.ascontiguousarray(normal.transpose(2, 0, 1))
     host = []
     for a in (depth, planes, cost):
+        if a is None:
+            host.append(None)
+            continue
         buf = _empty_pinned(cp, a.shape, a.dtype)
         cp.asnumpy(a, out=buf, blocking=False)
         host.append(buf)
@@ -66,10 +74,11 @@ def start_download(depth, normal, cost):
 
 def write_view_maps(pss: DepthPass, name: str, maps: ViewMaps, durable: bool) -> None:
     """The pass's map kinds (passes.py: cost only where read or kept), depth last: it marks the view done."""
-    planes = {"normal": maps.normal_planes, "cost": maps.cost[None], "depth": maps.depth[None]}
+    planes = {"normal": maps.normal_planes, "cost": maps.cost, "depth": maps.depth}
     for kind in ("normal", "cost", "depth"):
         if kind in pss.kinds:
-            write_colmap_planes(pss.map_path(kind, name), planes[kind], durable)
+            a = planes[kind]
+            write_colmap_planes(pss.map_path(kind, name), a if a.ndim == 3 else a[None], durable)
 
 
 class MapWriter:
@@ -93,7 +102,9 @@ class MapWriter:
         """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
         the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
         which must pass before the maps are written."""
-        maps, event = start_download(depth, normal, cost)
+        # the cost map only where it is written or previewed: most passes do neither, and its
+        # download was a fifth of the stage's page-locked buffers and copies
+        maps, event = start_download(depth, normal, cost if "cost" in pss.kinds or preview is not None else None)
         barrier = self._barrier
 
         def job():
@@ -167,3 +178,13 @@ class MapWriter:
             log.info("depth: writing maps failed too: %s", exc)
         finally:
             self._pool.shutdown(wait=True)
+            _release_pinned_blocks()
+
+
+def _release_pinned_blocks() -> None:
+    """Free the page-locked blocks CuPy's pinned pool keeps for reuse once the maps are written:
+    up to max_pending_bytes of them (4 GB) stayed resident after the depth stage, through fusion,
+    sampling and evaluate. Nothing to do where CuPy was never imported (the CPU backend)."""
+    cp = sys.modules.get("cupy")
+    if cp is not None:
+        cp.get_default_pinned_memory_pool().free_all_blocks()

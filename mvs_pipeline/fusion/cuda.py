@@ -1,13 +1,14 @@
-"""Launchers for `cuda/fusion.cu`: fuse one reference view against its neighbours on the GPU.
-
-Same contract as the CPU twin `cpu.py` (rules, camera blocks, blocked bits);
-the GPU computes in float32, the twin in float64.
+"""Launchers for `cuda/fusion.cu`: fuse one reference view against its neighbours on the GPU
+(same contract as the CPU twin `cpu.py`: rules, camera blocks, blocked bits; the GPU computes in
+float32, the twin in float64); and for `cuda/fusion_records.cu`: a fused chunk's file bytes
+(twin: io/fused_ply.pack_chunk and io/vis_file.visibility_records, byte for byte).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..gpu.checks import check_array
 from ..gpu.loader import get_kernel, import_cupy
 from .layout import CAM_STRIDE, MAX_NEIGHBORS, free_space_limit, triangulation_limit
 
@@ -117,6 +118,42 @@ def commit_claims_cuda(blocked) -> None:
     kernel(((n + BLOCK_1D - 1) // BLOCK_1D,), (BLOCK_1D,), (blocked, np.int64(n)))
 
 
+def pack_chunk_cuda(xyz, normal, color, support, vis, ref_index: int, neighbor_indices) -> tuple:
+    """(records, words) of P fused points, on the GPU: records cupy uint8 [P * 28], fused.ply's
+    vertex records; words cupy uint32, fused.ply.vis's records of the points (reference
+    `ref_index`, neighbour k's COLMAP index neighbor_indices[k] where bit k of vis is set).
+
+    xyz, normal [P, 3] float32; color [P, 3] uint8; support [P] uint8; vis [P] uint32 (cupy).
+    One synchronisation: the number of words, which sizes `words`."""
+    cp = import_cupy()
+    p = int(xyz.shape[0]) if isinstance(xyz, cp.ndarray) and xyz.ndim == 2 else -1
+    for name, a, dtype, shape in (("xyz", xyz, cp.float32, (p, 3)), ("normal", normal, cp.float32, (p, 3)),
+                                  ("color", color, cp.uint8, (p, 3)), ("support", support, cp.uint8, (p,)),
+                                  ("vis", vis, cp.uint32, (p,))):
+        check_array(cp, name, a, dtype, shape)
+    nb = np.asarray(neighbor_indices, dtype=np.int64)
+    if nb.ndim != 1 or len(nb) > MAX_NEIGHBORS or (nb < 0).any() or (nb >= 2**32).any():
+        raise ValueError(f"neighbor_indices: expected at most {MAX_NEIGHBORS} uint32 indices, got {nb.tolist()}")
+    if not 0 <= int(ref_index) < 2**32:
+        raise ValueError(f"ref_index: {ref_index} is not a uint32")
+    records = cp.empty((p, 7), cp.uint32)
+    if p == 0:
+        return records.view(cp.uint8).reshape(-1), cp.empty(0, cp.uint32)
+    grid = ((p + BLOCK_1D - 1) // BLOCK_1D,)
+    lengths = cp.empty(p, cp.int64)
+    get_kernel("fusion_records.cu", "fusion_record_words")(grid, (BLOCK_1D,), (vis, np.int32(len(nb)), np.int64(p),
+                                                                                lengths))
+    ends = cp.cumsum(lengths)
+    words = cp.empty(int(ends[-1]), cp.uint32)  # the synchronisation
+    starts = ends - lengths
+    neighbors = cp.asarray((nb if len(nb) else np.zeros(1, np.int64)).astype(np.uint32))
+    get_kernel("fusion_records.cu", "fusion_pack_records")(grid, (BLOCK_1D,), (
+        xyz, normal, color, support, vis, starts, neighbors, np.int32(len(nb)), np.uint32(ref_index), np.int64(p),
+        records, words))
+    return records.view(cp.uint8).reshape(-1), words
+
+
 def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:
-    """The (file, options) variants `mvs-pipeline build-kernels` precompiles (mean and median)."""
-    return [("fusion.cu", _options(median)) for median in (False, True)]
+    """The (file, options) variants `mvs-pipeline build-kernels` precompiles (mean and median
+    fusion, and the record packer, which has no options)."""
+    return [("fusion.cu", _options(median)) for median in (False, True)] + [("fusion_records.cu", ())]

@@ -27,7 +27,10 @@ Memory: only the maps of the current reference view and its neighbours must be r
 of `cache_views` views (GPU memory for the cuda backend, host memory for cpu) evicts the view
 whose next use lies farthest ahead (the plan is known in advance), loads run ahead in a thread
 pool, and each view's consumed marks (1 byte per pixel) stay in host memory while it is evicted.
-Points stream to disk per reference view (io/fused_ply.py), so their number is bounded by disk.
+Points stream to disk per reference view (fusion/writer.py, io/fused_ply.py), so their number is
+bounded by disk: on the GPU each view's file bytes are packed on the device and downloaded in one
+copy, on the CPU packed in threads, and either is written by a pool of threads while the next views
+fuse.
 
 Outputs: OUT/fused.ply (float32 xyz, normals, uchar rgb, uchar support), OUT/fused.ply.vis
 (COLMAP's visibility format, io/vis_file.py) and OUT/stereo/fusion.json (counts, settings); the
@@ -55,17 +58,19 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import MVSError
+from ..gpu.loader import to_host
 from ..gpu.memory_budget import usable_bytes
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import write_cloud_preview
-from ..io.fused_ply import FusedCloudWriter, PackedChunk, pack_chunk
+from ..io.fused_ply import FusedCloudWriter
 from ..io.image_size import pixels_in_all
-from ..io.vis_file import colmap_image_indices, visibility_records
+from ..io.vis_file import colmap_image_indices
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, find_inputs, load_view
 from .params import FusionConfig, auto_consume_pixels, auto_min_consistent
+from .writer import ChunkWriter
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +78,12 @@ BYTES_PER_PIXEL = 4 + 12 + 3 + 1  # resident depth, normal, colour, blocked
 OUTPUT_BYTES_PER_PIXEL = 12 + 12 + 3 + 1 + 4  # per-pixel kernel outputs (GPU)
 MAX_LOAD_THREADS = 8
 PREFETCH_VIEWS = 2 * MAX_LOAD_THREADS  # views loaded ahead (host memory)
-MAX_PACK_THREADS = 8  # threads turning fused chunks into file records
 
 
 @dataclass
 class FusedChunk:
-    """The points one reference view emitted, in pixel order."""
+    """The points one reference view emitted, in pixel order (NumPy arrays; CuPy arrays from the
+    CUDA engine until to_host)."""
     view_idx: int
     neighbors: list[int]  # view_idx of neighbour k (bit k of `vis`)
     pixel: np.ndarray  # [P] int64, row * width + col of the reference pixel
@@ -87,6 +92,11 @@ class FusedChunk:
     color: np.ndarray  # [P, 3] uint8
     support: np.ndarray  # [P] uint8, views in the point (reference included)
     vis: np.ndarray  # [P] uint32, bit k = neighbour k agreed
+
+    def to_host(self) -> "FusedChunk":
+        arrays = {k: to_host(getattr(self, k)) for k in ("pixel", "xyz", "normal", "color", "support", "vis")}
+        arrays["pixel"] = arrays["pixel"].astype(np.int64, copy=False)
+        return dataclasses.replace(self, **arrays)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,8 +183,10 @@ class _CudaEngine:
         emitted = len(idx)
         if silhouettes is not None:
             idx = idx[silhouettes.inside(out["xyz"][idx])]
-        return {"silhouette_dropped": emitted - len(idx), "pixel": idx.get().astype(np.int64),
-                **{k: out[k][idx].get() for k in ("xyz", "normal", "color", "support", "vis")}}
+        # gathered on the device, copies of their own (`out` is reused by the next view): the stage
+        # packs them there (fusion/writer.py), other callers download them (FusedChunk.to_host)
+        return {"silhouette_dropped": emitted - len(idx), "pixel": idx,
+                **{k: out[k][idx] for k in ("xyz", "normal", "color", "support", "vis")}}
 
     def _track(self) -> None:
         self.peak_bytes = max(self.peak_bytes, int(self.pool.used_bytes()))
@@ -366,8 +378,9 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
 
 
 def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
-                progress: bool = True, stats: dict | None = None) -> Iterator[FusedChunk]:
-    """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order)."""
+                progress: bool = True, stats: dict | None = None, keep_on_device: bool = False) -> Iterator[FusedChunk]:
+    """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order): NumPy
+    arrays, or with keep_on_device the CUDA engine's CuPy arrays (fusion/writer.py packs them there)."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
     stats.update(valid_pixels=0, reloads=0, points=0, **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
@@ -413,7 +426,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
             out = engine.fuse(views[r], [views[j] for j in nbrs[r]], cam_stack, cfg, silhouettes)
             stats["silhouette_dropped"] += out.pop("silhouette_dropped")
             stats["points"] += len(out["pixel"])
-            yield FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
+            chunk = FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
+            yield chunk if keep_on_device else chunk.to_host()
     finally:
         cache.close()
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
@@ -440,31 +454,11 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
     colmap_idx = colmap_image_indices([v.image_id for v in scene.views])
     stats: dict = {}
 
-    def pack(chunk: FusedChunk) -> PackedChunk:
-        words = visibility_records(int(colmap_idx[chunk.view_idx]), colmap_idx[chunk.neighbors], chunk.vis)
-        return pack_chunk(chunk.xyz, chunk.normal, chunk.color, chunk.support, words)
-
-    # Chunks are packed (PLY records, visibility words: ~0.3 s per 3200x2130 view on one core) in a
-    # pool of threads while the next views fuse, and written by one thread in chunk order; at most
-    # write_queue chunks wait, which bounds the memory they hold. One packing thread was the
-    # stage's bottleneck at ETH3D size (11 of its 17 s, H100 machine).
-    pack_threads = max(1, min(MAX_PACK_THREADS, os.cpu_count() or 1))
-    write_queue = pack_threads + 2
-    with FusedCloudWriter(ply_path, vis_path) as writer, ThreadPoolExecutor(max_workers=pack_threads) as pack_pool, \
-            ThreadPoolExecutor(max_workers=1) as io_pool:
-        pending: list[Future] = []
-        try:
-            for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats):
-                packed = pack_pool.submit(pack, chunk)
-                pending.append(io_pool.submit(lambda f=packed: writer.append_packed(f.result())))
-                while len(pending) > write_queue or (pending and pending[0].done()):
-                    pending.pop(0).result()  # re-raises a packing or write error here
-            for fut in pending:
-                fut.result()
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+    with FusedCloudWriter(ply_path, vis_path) as writer, ChunkWriter(writer, colmap_idx) as chunks:
+        for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats,
+                                 keep_on_device=True):
+            chunks.submit(chunk)
+        chunks.drain()
         writer.finish()
         totals = writer.totals()
     # what the report draws, so it never reads the whole cloud

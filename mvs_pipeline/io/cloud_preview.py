@@ -5,6 +5,9 @@ offsets from a float64 origin, RGB when the cloud has colours) and the whole clo
 bounding box and centroid, plus the PLY's size and mtime so a rewritten cloud is noticed. The
 PLY is memory-mapped: only the chosen points and one pass of min/max/sum are read, so a 50 M-point
 cloud costs about a second, once, where the stage that wrote it already paid for the disk. A writer
+that streamed the cloud in chunks passes the statistics it counted (fusion: `totals`), and then
+only the chosen points are read, through a window of the file mapped at a time, so that the
+memory this takes does not grow with the cloud. A writer
 that still holds the cloud's arrays (NumPy or CuPy) passes them instead and nothing is read back
 (the sampling stage: its cloud is on the GPU); only the centroid's float64 sum may then differ
 in its last bits, being summed in another order.
@@ -19,6 +22,7 @@ import numpy as np
 from ..arrays import column_bounds, column_sums
 from ..errors import MVSError
 from .atomic import atomic_path
+from .ply_records import read_layout, read_records_at
 
 PREVIEW_POINTS = 200_000
 
@@ -71,6 +75,13 @@ def write_cloud_preview(ply_path: Path, max_points: int = PREVIEW_POINTS, seed: 
 
 
 def _stats_from_file(ply_path: Path, max_points: int, seed: int, totals=None):
+    if totals is not None:
+        try:
+            layout = read_layout(ply_path)
+        except (OSError, ValueError):
+            layout = None
+        if layout is not None:
+            return _stats_from_totals(ply_path, layout, max_points, seed, totals)
     import plyfile  # noqa: PLC0415
 
     try:
@@ -79,8 +90,7 @@ def _stats_from_file(ply_path: Path, max_points: int, seed: int, totals=None):
         raise MVSError(f"{ply_path}: cannot read the cloud for its preview ({exc})") from exc
     n = len(vertex)
     if totals is not None:
-        if int(totals[0]) != n:
-            raise MVSError(f"{ply_path}: holds {n} points but its writer counted {int(totals[0])}")
+        _check_count(ply_path, n, totals)
         lo, hi, total = (np.asarray(t, dtype=np.float64) for t in totals[1:])
     else:
         # Per column on the memory map itself: min/max are exact in the file's own type and the sum
@@ -89,12 +99,36 @@ def _stats_from_file(ply_path: Path, max_points: int, seed: int, totals=None):
         lo = np.array([float(c.min()) if n else np.inf for c in columns])
         hi = np.array([float(c.max()) if n else -np.inf for c in columns])
         total = np.array([float(c.sum(dtype=np.float64)) for c in columns])
-    picked = vertex[_pick(n, max_points, seed)]
+    return (n, lo, hi, total, *_xyz_rgb(vertex[_pick(n, max_points, seed)]))
+
+
+def _stats_from_totals(ply_path: Path, layout, max_points: int, seed: int, totals):
+    """The statistics a streamed writer counted, and the chosen points read a window at a time
+    (ply_records.read_records_at): the fusion stage's memory peak does not grow with the cloud."""
+    _check_count(ply_path, layout.count, totals)
+    missing = [a for a in "xyz" if a not in layout.dtype.names]
+    if missing:
+        raise MVSError(f"{ply_path}: PLY vertex element lacks {', '.join(missing)}")
+    try:
+        picked = read_records_at(ply_path, layout, _pick(layout.count, max_points, seed))
+    except (OSError, ValueError) as exc:
+        raise MVSError(f"{ply_path}: cannot read the cloud for its preview ({exc})") from exc
+    lo, hi, total = (np.asarray(t, dtype=np.float64) for t in totals[1:])
+    return (layout.count, lo, hi, total, *_xyz_rgb(picked))
+
+
+def _check_count(ply_path: Path, n: int, totals) -> None:
+    if int(totals[0]) != n:
+        raise MVSError(f"{ply_path}: holds {n} points but its writer counted {int(totals[0])}")
+
+
+def _xyz_rgb(picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xyz float64 [k, 3], rgb uint8 [k, 3] or [0, 3]) of picked vertex records."""
     xyz = np.stack([np.asarray(picked[a], dtype=np.float64) for a in "xyz"], axis=1)
     names = picked.dtype.names or ()
     rgb = np.stack([picked[c] for c in ("red", "green", "blue")], axis=1).astype(np.uint8) \
         if all(c in names for c in ("red", "green", "blue")) else np.zeros((0, 3), np.uint8)
-    return n, lo, hi, total, xyz, rgb
+    return xyz, rgb
 
 
 def _stats_from_arrays(xyz, colors, max_points: int, seed: int):

@@ -3,6 +3,7 @@ and written as one block of bytes, and records split into / packed from columns.
 
     layout = read_layout(path)            # VertexLayout(dtype, count, offset) or None (use plyfile)
     records = read_records(path, layout)  # [N] structured array, one np.fromfile
+    picked = read_records_at(path, layout, sorted_indices)  # [K], a bounded window mapped at a time
     cloud = records_to_cloud(raw [N, R] uint8, dtype)   # NumPy or CuPy columns
     raw = pack_records(cloud, dtype)      # [N, R] uint8 on the cloud's array module
     write_records(path, dtype, raw)       # header + body, atomically
@@ -101,6 +102,31 @@ def read_records(path: str | os.PathLike, layout: VertexLayout) -> np.ndarray:
     if size < need:
         raise MVSError(f"{path}: PLY body is truncated ({size} bytes, the header announces {need})")
     return np.fromfile(path, dtype=layout.dtype, count=layout.count, offset=layout.offset)
+
+
+PICK_WINDOW_BYTES = 64 << 20  # of the file mapped at once by read_records_at
+
+
+def read_records_at(path: str | os.PathLike, layout: VertexLayout, indices: np.ndarray) -> np.ndarray:
+    """[K] structured array of the records at sorted `indices`, through a memory map of at most
+    PICK_WINDOW_BYTES at a time: a map of the whole file becomes resident wherever the picks
+    touch it (with the kernel's fault-around, all of it for a cloud preview's 200 000 random
+    points), and that counted 2.8 GB at 100 M points in the fusion stage's memory peak."""
+    indices = np.asarray(indices, dtype=np.int64)
+    if len(indices) and (indices[0] < 0 or indices[-1] >= layout.count or (np.diff(indices) < 0).any()):
+        raise ValueError(f"{path}: record indices must be sorted and within 0 .. {layout.count - 1}")
+    out = np.empty(len(indices), layout.dtype)
+    per_window = max(1, PICK_WINDOW_BYTES // layout.dtype.itemsize)
+    i = 0
+    while i < len(indices):
+        first = int(indices[i])
+        stop = int(np.searchsorted(indices, first + per_window, side="left"))
+        window = np.memmap(path, dtype=layout.dtype, mode="r", shape=(int(indices[stop - 1]) - first + 1,),
+                           offset=layout.offset + first * layout.dtype.itemsize)
+        out[i:stop] = window[indices[i:stop] - first]  # a copy: no view keeps the map alive
+        del window  # unmapped here, before the next window is mapped
+        i = stop
+    return out
 
 
 def _column(raw, dtype: np.dtype, name: str):

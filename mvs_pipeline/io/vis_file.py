@@ -40,35 +40,73 @@ def colmap_image_indices(image_ids: Sequence[int]) -> np.ndarray:
     return rank
 
 
+def _low_bits(masks: np.ndarray, k: int) -> np.ndarray:
+    """uint32 masks with only bits 0 .. k-1 kept (the bits that name neighbours)."""
+    return np.asarray(masks, dtype=np.uint32) & np.uint32((1 << k) - 1)
+
+
+def _popcount(v: np.ndarray) -> np.ndarray:
+    """Set bits of each uint32 (the SWAR count: np.bitwise_count needs NumPy 2)."""
+    v = v - ((v >> 1) & np.uint32(0x55555555))
+    v = (v & np.uint32(0x33333333)) + ((v >> 2) & np.uint32(0x33333333))
+    return (((v + (v >> 4)) & np.uint32(0x0F0F0F0F)) * np.uint32(0x01010101)) >> np.uint32(24)
+
+
+def visibility_word_count(num_neighbors: int, vis_masks: np.ndarray) -> int:
+    """len(visibility_records(..., vis_masks)) for num_neighbors neighbours, without making them:
+    where a chunk's records go in the file is known before they are packed."""
+    masks = _low_bits(vis_masks, num_neighbors)
+    return 2 * len(masks) + int(_popcount(masks).sum(dtype=np.int64))
+
+
+BLOCK_POINTS = 1 << 16  # points whose records visibility_records makes at once (bounds its temporaries)
+
+
 def visibility_records(ref_index: int, neighbor_indices: Sequence[int], vis_masks: np.ndarray) -> np.ndarray:
     """The uint32 words of len(vis_masks) consecutive records: n, ref_index, agreeing neighbours.
 
-    vis_masks: [P] uint32, bit k set when neighbour k agreed; neighbor_indices: COLMAP image
-    index of neighbour k. Neighbours are listed in neighbour order, after the reference.
-    NumPy only (no Numba): fusion on the GPU would otherwise pay Numba's first-use start-up
-    (about 0.5 s) for this alone.
+    vis_masks: [P] uint32, bit k set when neighbour k agreed (bits at and above
+    len(neighbor_indices) are ignored); neighbor_indices: COLMAP image index of neighbour k.
+    Neighbours are listed in neighbour order, after the reference.
+    NumPy only (no Numba): fusion on the CPU packs in threads beside its Numba kernel, and the
+    GPU packs on the device (cuda/fusion_records.cu, which tests compare with this).
     """
-    masks = np.ascontiguousarray(vis_masks, dtype=np.uint32)
     nb = np.asarray(neighbor_indices, dtype=np.uint32)
     if len(nb) > 32:
         raise ValueError(f"neighbor_indices: {len(nb)} entries, a uint32 mask holds at most 32")
-    # Each point as a full row [n, ref, nb_0 .. nb_K-1] and a row of "keep" flags (n and ref always,
-    # nb_k where bit k is set): the kept words in row-major order are exactly the records.
     k = len(nb)
-    bits = np.unpackbits(masks.astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, count=k,
-                         bitorder="little").view(bool)  # [P, K]: bit k of each mask
-    keep = np.empty((len(masks), k + 2), bool)
-    keep[:, :2] = True
-    keep[:, 2:] = bits
-    rows = np.empty(keep.shape, np.uint32)
-    rows[:, 0] = np.count_nonzero(bits, axis=1) + 1  # the reference and the agreeing neighbours
-    rows[:, 1] = ref_index
-    rows[:, 2:] = nb
-    return rows[keep]
+    masks = _low_bits(vis_masks, k)
+    agreeing = _popcount(masks)
+    out = np.empty(2 * len(masks) + int(agreeing.sum(dtype=np.int64)), np.uint32)
+    # Each point as a full row [n, ref, nb_0 .. nb_K-1] and a row of "keep" flags (n and ref always,
+    # nb_k where bit k is set): the kept words in row-major order are exactly the records. Made
+    # BLOCK_POINTS points at a time, each block's kept words compressed straight into `out`
+    # (np.compress: a third of the time of boolean indexing, but it makes an int64 index per kept
+    # word, which over a whole 3200x2130 view would be more memory than the records themselves).
+    pos = 0
+    for s in range(0, len(masks), BLOCK_POINTS):
+        block, n_agree = masks[s:s + BLOCK_POINTS], agreeing[s:s + BLOCK_POINTS]
+        keep = np.empty((len(block), k + 2), np.uint8)
+        keep[:, :2] = 1
+        keep[:, 2:] = np.unpackbits(block.astype("<u4", copy=False).view(np.uint8).reshape(-1, 4), axis=1,
+                                    count=k, bitorder="little")
+        rows = np.empty(keep.shape, np.uint32)
+        rows[:, 0] = n_agree + np.uint32(1)  # the reference and the agreeing neighbours
+        rows[:, 1] = ref_index
+        rows[:, 2:] = nb
+        n = 2 * len(block) + int(n_agree.sum(dtype=np.int64))
+        np.compress(keep.reshape(-1).view(bool), rows.reshape(-1), out=out[pos:pos + n])
+        pos += n
+    return out
+
+
+def vis_header(num_points: int) -> bytes:
+    """The 8 bytes before the records: the point count, uint64 little-endian."""
+    return np.uint64(num_points).astype("<u8").tobytes()
 
 
 def write_vis_header(f: BinaryIO, num_points: int) -> None:
-    f.write(np.uint64(num_points).astype("<u8").tobytes())
+    f.write(vis_header(num_points))
 
 
 def write_vis(path: str | os.PathLike, visibility: Sequence[Sequence[int]]) -> None:

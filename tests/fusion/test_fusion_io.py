@@ -14,10 +14,10 @@ from mvs_pipeline.cli import main
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion.params import FusionConfig
 from mvs_pipeline.fusion.speckles import small_segments
+from mvs_pipeline.fusion.stage import fuse_chunks, resolve_config
 from mvs_pipeline.fusion.stage import fuse_depth_maps as run_fusion
-from mvs_pipeline.fusion.stage import resolve_config
 from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
-from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
+from mvs_pipeline.io.fused_ply import VERTEX_DTYPE, pack_chunk, ply_header
 from mvs_pipeline.io.ply import read_ply
 from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis, visibility_records, write_vis
 from mvs_pipeline.scene.workspace import read_scene
@@ -59,6 +59,25 @@ def test_visibility_records_match_a_loop():
         vis = [6] + [nb[k] for k in range(5) if m >> k & 1]
         expected += [len(vis), *vis]
     assert words.dtype == np.uint32 and words.tolist() == expected
+
+
+def test_visibility_records_in_blocks_and_their_count(monkeypatch):
+    """Made a block of points at a time (here 7, so blocks end mid-way and the last is short): the
+    same words as one block, and as many as visibility_word_count says beforehand."""
+    from mvs_pipeline.io import vis_file
+
+    rng = np.random.default_rng(3)
+    nb = rng.integers(0, 500, 9).tolist()
+    masks = rng.integers(0, 2**32, 100, dtype=np.uint64).astype(np.uint32)
+    whole = visibility_records(4, nb, masks)
+    monkeypatch.setattr(vis_file, "BLOCK_POINTS", 7)
+    assert visibility_records(4, nb, masks).tolist() == whole.tolist()
+    assert vis_file.visibility_word_count(len(nb), masks) == len(whole)
+    expected = []
+    for m in masks:
+        vis = [4] + [nb[k] for k in range(len(nb)) if m >> k & 1]
+        expected += [len(vis), *vis]
+    assert whole.tolist() == expected
 
 
 @pytest.mark.parametrize("num_neighbors", [0, 1, 32])
@@ -134,28 +153,42 @@ def test_stage_writes_ply_and_vis(tmp_path):
     assert record["counts"]["points"] == n and record["config"]["max_reproj_error"] == 2.0
 
 
-def test_stage_output_does_not_depend_on_packing_threads_or_disk_flushes(tmp_path, monkeypatch):
-    """Chunks are packed in a thread pool and written in order, with the files flushed to disk
-    every SYNC_BYTES: the bytes are those of one packing thread that never flushes, and the
-    preview's statistics (the writer's running totals) are those of the file."""
-    from mvs_pipeline.fusion import stage as fusion_mod
+def _chunks_end_to_end(scene, sel, stereo, backend="cpu", cfg=None) -> tuple[bytes, bytes]:
+    """(fused.ply, fused.ply.vis) as the chunks of fuse_chunks give them, each packed by the NumPy
+    code (pack_chunk, visibility_records) and laid end to end in memory behind the headers."""
+    idx = colmap_image_indices([v.image_id for v in scene.views])
+    records, words, n = [], [], 0
+    for c in fuse_chunks(cfg or FusionConfig(), scene, sel, stereo, backend, progress=False):
+        w = visibility_records(int(idx[c.view_idx]), idx[c.neighbors], c.vis)
+        records.append(pack_chunk(c.xyz, c.normal, c.color, c.support, w).records.tobytes())
+        words.append(w.astype("<u4").tobytes())
+        n += len(c.xyz)
+    return ply_header(n) + b"".join(records), np.uint64(n).astype("<u8").tobytes() + b"".join(words)
+
+
+def test_stage_output_does_not_depend_on_threads_or_writeback(tmp_path, monkeypatch):
+    """Chunks are placed in view order and written by a pool of threads at their offsets, each
+    range handed to the disk as soon as it is written: the files are the chunks laid end to end,
+    whatever the number of threads, every body byte went to the disk early, and the preview's
+    statistics (added in chunk order) are those of the file."""
+    from mvs_pipeline.fusion import writer as writer_mod
     from mvs_pipeline.io import fused_ply
     from mvs_pipeline.io.cloud_preview import read_cloud_preview
 
     scene, sel, _ = plane_workspace(tmp_path, n=6)
-    monkeypatch.setattr(fusion_mod, "MAX_PACK_THREADS", 1)
-    monkeypatch.setattr(fused_ply, "SYNC_BYTES", 1 << 40)
-    run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
+    want_ply, want_vis = _chunks_end_to_end(scene, sel, tmp_path / "stereo")
     ply, vis = tmp_path / "fused.ply", tmp_path / "fused.ply.vis"
-    one = (ply.read_bytes(), vis.read_bytes())
-    flushes = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: flushes.append(fd) or real_fdatasync(fd))
-    monkeypatch.setattr(fusion_mod, "MAX_PACK_THREADS", 4)
-    monkeypatch.setattr(fused_ply, "SYNC_BYTES", 3000)
-    run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False, overwrite=True)
-    assert (ply.read_bytes(), vis.read_bytes()) == one
-    assert len(flushes) >= 4  # two files, flushed more than once
+    handed = []
+    monkeypatch.setattr(fused_ply, "start_writeback", lambda fd, offset, nbytes: handed.append((fd, nbytes)))
+    for threads in (1, 4):
+        monkeypatch.setattr(writer_mod, "default_threads", lambda: threads)
+        handed.clear()
+        run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False, overwrite=True)
+        assert ply.read_bytes() == want_ply and vis.read_bytes() == want_vis
+        per_file = {}
+        for fd, nbytes in handed:
+            per_file[fd] = per_file.get(fd, 0) + nbytes
+        assert sorted(per_file.values()) == sorted([len(want_ply) - fused_ply.HEADER_BYTES, len(want_vis) - 8])
     preview = read_cloud_preview(ply)
     xyz = read_ply(ply).xyz.astype(np.float64)
     assert preview["points"] == len(xyz) > 0
@@ -214,6 +247,30 @@ def test_interrupted_fusion_leaves_no_partial_output(tmp_path, monkeypatch):
         run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
     assert leftovers == [], leftovers  # no fused.ply, no .vis, no temporaries
+    assert not (tmp_path / "stereo" / "fusion.json").exists()
+
+
+def test_a_failed_chunk_write_fails_the_stage_and_leaves_nothing(tmp_path, monkeypatch):
+    """A write error in a writer thread (a full disk) reaches the caller naming the file, and no
+    output nor temporary is left."""
+    import errno
+
+    from mvs_pipeline.io.fused_ply import FusedCloudWriter
+
+    scene, sel, _ = plane_workspace(tmp_path, n=6)
+    calls = {"n": 0}
+    real = FusedCloudWriter.write
+
+    def full_disk(self, at, records, words):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.ply_path))
+        return real(self, at, records, words)
+
+    monkeypatch.setattr(FusedCloudWriter, "write", full_disk)
+    with pytest.raises(OSError, match="fused.ply"):
+        run_fusion(FusionConfig(), scene, sel, tmp_path, "cpu", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == []
     assert not (tmp_path / "stereo" / "fusion.json").exists()
 
 

@@ -86,10 +86,14 @@ def test_gpu_preview_from_device_arrays(tmp_path, cupy):
     _check_same_preview(_preview_arrays(ply), from_file)
 
 
-def test_preview_from_a_streamed_writers_totals_equals_the_one_read_back(tmp_path):
+def test_preview_from_a_streamed_writers_totals_equals_the_one_read_back(tmp_path, monkeypatch):
     """Fusion streams its cloud in chunks and hands the preview the writer's running statistics;
-    they must be the file's own (bbox exact, centroid to float64 rounding), including empty chunks."""
+    they must be the file's own (bbox exact, centroid to float64 rounding), including empty chunks.
+    The chosen points are then read a window of the file at a time (here 64 records)."""
+    from mvs_pipeline.io import ply_records
     from mvs_pipeline.io.fused_ply import FusedCloudWriter
+
+    monkeypatch.setattr(ply_records, "PICK_WINDOW_BYTES", 64 * 28)
 
     rng = np.random.default_rng(9)
     ply, vis = tmp_path / "fused.ply", tmp_path / "fused.ply.vis"

@@ -10,7 +10,8 @@ import pytest
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
 from mvs_pipeline.io.ply import PointCloud, read_ply, read_vertex_element, write_ply
-from mvs_pipeline.io.ply_records import cloud_dtype, pack_records, read_layout, records_to_cloud
+from mvs_pipeline.io import ply_records
+from mvs_pipeline.io.ply_records import cloud_dtype, pack_records, read_layout, read_records_at, records_to_cloud
 
 ALL_TYPES = [("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("a", "i1"), ("b", "u1"), ("c", "<i2"), ("d", "<u2"),
              ("e", "<i4"), ("f", "<u4"), ("g", "<f8")]
@@ -145,3 +146,29 @@ def test_gpu_split_pack_and_write_match_numpy(tmp_path, cupy):
     write_ply(tmp_path / "cpu.ply", cloud)
     write_ply(tmp_path / "gpu.ply", to_device(cloud))
     assert (tmp_path / "cpu.ply").read_bytes() == (tmp_path / "gpu.ply").read_bytes()
+
+
+def test_read_records_at_maps_one_window_at_a_time(tmp_path, monkeypatch):
+    """The records at sorted indices (repeats and the last record included) equal those of the
+    whole body, read through maps of at most PICK_WINDOW_BYTES each."""
+    arr = random_records(1000, ALL_TYPES)
+    plyfile_write(tmp_path / "a.ply", arr)
+    layout = read_layout(tmp_path / "a.ply")
+    itemsize = layout.dtype.itemsize
+    monkeypatch.setattr(ply_records, "PICK_WINDOW_BYTES", 50 * itemsize)
+    mapped = []
+    real_memmap = np.memmap
+
+    def recording_memmap(*args, **kwargs):
+        mapped.append(kwargs["shape"][0])
+        return real_memmap(*args, **kwargs)
+
+    monkeypatch.setattr(ply_records.np, "memmap", recording_memmap)
+    idx = np.sort(np.concatenate([np.random.default_rng(1).choice(1000, 300, replace=False), [0, 0, 999, 999]]))
+    got = read_records_at(tmp_path / "a.ply", layout, idx)
+    assert got.tobytes() == plyfile_vertex(tmp_path / "a.ply")[idx].tobytes()
+    assert len(mapped) > 10 and max(mapped) <= 50  # many small maps, never the whole body
+    assert len(read_records_at(tmp_path / "a.ply", layout, np.zeros(0, np.int64))) == 0
+    for bad in ([3, 2], [1000], [-1]):
+        with pytest.raises(ValueError, match="sorted and within"):
+            read_records_at(tmp_path / "a.ply", layout, np.array(bad))
