@@ -62,12 +62,23 @@ def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None) 
     bin_bits = min(MAX_BIN_BITS, max(MIN_BIN_BITS, (int(count) // 16).bit_length()))
     usable = HEADROOM * budget - BIN_BYTES * (1 << bin_bits)
     records = count * record_bytes
-    resident = records <= RESIDENT_SHARE * usable
-    left = usable - (records if resident else 0)
-    per_row = record_bytes + CHUNK_BYTES
-    chunk_rows = min(count, int(CHUNK_SHARE * left / per_row))
-    part_points = int((left - chunk_rows * per_row) / PART_BYTES)
-    if chunk_rows < 1 or part_points < MIN_PART_POINTS:
-        return None
-    return MemoryPlan(whole=False, resident=resident, chunk_rows=chunk_rows, part_points=part_points,
-                      bin_bits=bin_bits)
+    for resident in (True, False) if records <= RESIDENT_SHARE * usable else (False,):
+        left = usable - (records if resident else 0)
+        per_row = record_bytes + CHUNK_BYTES
+        chunk_rows = min(count, int(CHUNK_SHARE * left / per_row))
+        part_points = int((left - chunk_rows * per_row) / PART_BYTES)
+        if chunk_rows >= 1 and part_points >= MIN_PART_POINTS:
+            return MemoryPlan(whole=False, resident=resident, chunk_rows=chunk_rows, part_points=part_points,
+                              bin_bits=bin_bits)
+    return None
+
+
+def min_streamed_budget(count: int, record_bytes: int, fields: int) -> int:
+    """The smallest budget plan_memory streams this cloud in (for the message of one that is smaller)."""
+    lo, hi = 1, 1 << 20
+    while plan_memory(count, record_bytes, fields, hi) is None:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:  # invariant: lo too small, hi enough
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if plan_memory(count, record_bytes, fields, mid) is not None else (mid, hi)
+    return hi

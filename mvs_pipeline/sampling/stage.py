@@ -43,7 +43,7 @@ from ..io.atomic import atomic_path
 from ..io.cloud_preview import write_cloud_preview
 from ..io.ply import PointCloud, read_ply, write_ply
 from ..io.ply_records import read_layout
-from .memory_plan import MemoryPlan, plan_memory, whole_bytes
+from .memory_plan import MemoryPlan, min_streamed_budget, plan_memory
 from .params import SamplingConfig
 from .points.device_cloud import take, to_host_cloud
 from .points.validate import array_module, to_host
@@ -149,7 +149,8 @@ def _plan(backend: str, path: Path, layout, memory_budget: int | None) -> tuple[
         plan = plan_memory(*args, memory_budget)
         if plan is None:
             raise MVSError(f"sampling {path.name} ({layout.count} points): a memory budget of "
-                           f"{memory_budget / 2**20:.1f} MiB is too small even in chunks")
+                           f"{memory_budget / 2**20:.1f} MiB is too small even in chunks (it needs "
+                           f"{min_streamed_budget(*args) / 2**20:.1f} MiB)")
         return False, plan
     from .points.validate import gpu_free_bytes, gpu_memory_fallback  # noqa: PLC0415
 
@@ -157,8 +158,8 @@ def _plan(backend: str, path: Path, layout, memory_budget: int | None) -> tuple[
     plan = plan_memory(*args, budget)
     if plan is not None:
         return True, plan
-    gpu_memory_fallback(f"sampling {path.name} ({layout.count} points) on the GPU, even in chunks",
-                        whole_bytes(*args), backend)  # raises for `cuda`
+    gpu_memory_fallback(f"sampling {path.name} ({layout.count} points) on the GPU in chunks",
+                        min_streamed_budget(*args), backend)  # raises for `cuda`
     return False, MemoryPlan(whole=True)
 
 

@@ -15,7 +15,7 @@ from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.ply import PointCloud, write_ply
 from mvs_pipeline.io.ply_records import read_layout
 from mvs_pipeline.sampling import stage as sampling
-from mvs_pipeline.sampling.memory_plan import HEADROOM, plan_memory, whole_bytes
+from mvs_pipeline.sampling.memory_plan import HEADROOM, min_streamed_budget, plan_memory, whole_bytes
 from mvs_pipeline.sampling.params import SamplingConfig
 
 from .test_sampling_stage import exact_fps, fused_cloud
@@ -166,10 +166,35 @@ def test_plan_memory():
     chunked = plan_memory(n, record, fields, 60 * n)
     assert not chunked.resident and 1024 <= chunked.part_points < held.part_points
     assert plan_memory(n, record, fields, 100_000) is None
+    least = min_streamed_budget(n, record, fields)
+    assert plan_memory(n, record, fields, least - 1) is None and plan_memory(n, record, fields, least) is not None
+
+
+def test_gpu_plan_follows_the_runs_budget(fused20k, monkeypatch, caplog):
+    """The stage's choice on a GPU (resolve_backend and the free memory stubbed: no GPU here): the
+    whole cloud where it fits, in chunks within the run's budget where not, the CPU (auto) or an
+    error (cuda) where not even chunks fit."""
+    from mvs_pipeline.errors import BackendUnavailable
+    from mvs_pipeline.gpu import backend as gpu_backend
+    from mvs_pipeline.sampling.points import validate
+
+    layout = read_layout(fused20k)
+    monkeypatch.setattr(gpu_backend, "resolve_backend", lambda _b: "cuda")
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: 10**12)
+    assert sampling._plan("auto", fused20k, layout, None) == (True, plan_for(fused20k, None))
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: budgets(fused20k)["resident"])
+    on_gpu, plan = sampling._plan("auto", fused20k, layout, None)
+    assert on_gpu and not plan.whole and plan.resident
+    monkeypatch.setattr(validate, "gpu_free_bytes", lambda: 50_000)
+    with caplog.at_level(logging.WARNING):
+        on_gpu, plan = sampling._plan("auto", fused20k, layout, None)
+    assert not on_gpu and plan.whole and "in chunks needs about" in caplog.text
+    with pytest.raises(BackendUnavailable):
+        sampling._plan("cuda", fused20k, layout, None)
 
 
 def test_budget_too_small(fused20k, tmp_path):
-    with pytest.raises(MVSError, match="too small even in chunks"):
+    with pytest.raises(MVSError, match=r"too small even in chunks \(it needs [0-9.]+ MiB\)"):
         sampling.sample_fused_cloud(SamplingConfig(), fused20k, tmp_path / "t", backend="cpu", memory_budget=50_000)
 
 
