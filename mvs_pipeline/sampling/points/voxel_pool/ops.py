@@ -9,8 +9,8 @@ lengths, reduce each interval with one thread per (interval, channel) and no ato
         arrays on the GPU when the pooling ran there (the sampling stage keeps them there)
     voxel_downsample(cloud, voxel_size) -> the same with NumPy arrays
 
-    pool_in_frame(cloud, frame, backend) -> pool_point_cloud's result for a cloud whose frame
-        (centre, voxel grid) is given: one part of a larger cloud (streamed.py)
+    pool_in_frame(cloud, centre, frame, backend) -> pool_point_cloud's result for a cloud whose
+        frame (centre, voxel grid: frame.py) is given: one part of a larger cloud (streamed.py)
 
 Voxel (i, j, k) of a point is floor((p - origin) * (1 / voxel_size)) per axis in float64;
 `origin` defaults to the cloud's minimum corner (frame.py). Voxels come out in increasing key order
