@@ -47,21 +47,20 @@ def group_bins(counts: np.ndarray, lo: int, hi: int, shift: int, cap: int) -> tu
     cum = np.concatenate([[0], np.cumsum(counts)])
     parts: list[KeyRange] = []
     heavy: list[KeyRange] = []
-    b, n_bins = 0, len(counts)
-    while b < n_bins:
-        if counts[b] == 0:
-            b += 1
-            continue
+    filled = np.flatnonzero(counts)  # one step per range or heavy bin, not per (mostly empty) bin
+    i = 0
+    while i < len(filled):
+        b = int(filled[i])
         start = lo + (b << shift)  # bin b holds keys start .. start + 2^shift - 1 (and below hi)
         if counts[b] > cap:
             heavy.append(KeyRange(start, min(hi, start + (1 << shift)), int(counts[b])))
-            b += 1
+            i += 1
             continue
-        # the last bin e with cum[e] - cum[b] <= cap: bins b .. e - 1 make this range
+        # bins b .. e - 1 with e the last bin such that cum[e] - cum[b] <= cap; the range ends
+        # after the last of them that holds points
         e = int(np.searchsorted(cum, cum[b] + cap, side="right")) - 1
-        e = min(max(e, b + 1), n_bins)
-        while e > b + 1 and counts[e - 1] == 0:  # end the range at its last point's bin
-            e -= 1
-        parts.append(KeyRange(start, min(hi, lo + (e << shift)), int(cum[e] - cum[b])))
-        b = e
+        j = int(np.searchsorted(filled, max(e, b + 1)))
+        end = int(filled[j - 1]) + 1
+        parts.append(KeyRange(start, min(hi, lo + (end << shift)), int(cum[end] - cum[b])))
+        i = j
     return parts, heavy
