@@ -6,6 +6,7 @@ written in fusion's own 28-byte layout, so the PLY is a fused.ply of that size).
     python benchmarks/bench_sampling.py --sizes 12M,50M --backend cuda
     python benchmarks/bench_sampling.py --sizes 2M --backend cpu --settings default,exact
     python benchmarks/bench_sampling.py --sizes 12M,50M --fps 12M:1.2M,50M:1M --backend cuda
+    python benchmarks/bench_sampling.py --sizes 62M --settings default --budget 7 --backend cuda
 
 Settings: `default` (SamplingConfig's defaults = configs/default.yaml's sampling section: pool at 2x
 the spacing, 200k FPS prefix, every pooled point written), `exact` (the old default: exact FPS of
@@ -16,7 +17,10 @@ count, and how long writing and fsyncing the output's bytes again takes there (t
 `write`). For clouds of at most --f1-max-points points it also prints F1 at --f1-tolerances of fused.ply
 and of fused_fps.ply against points on the noiseless surfaces (precision: output points within the
 tolerance of a GT point; completeness: GT points within it of an output point; SciPy KD-trees).
-`--fps N:M` times farthest_point_sampling alone for N points -> M samples.
+`--fps N:M` times farthest_point_sampling alone for N points -> M samples. `--budget GIB` gives the
+stage that memory budget (sample_fused_cloud's memory_budget; a GPU run's is what `--gpu-memory`
+leaves it): a cloud whose whole-cloud path does not fit is sampled in chunks and parts
+(sampling/streamed.py), and the row says so; its output is the unbudgeted one, byte for byte.
 """
 
 from __future__ import annotations
@@ -81,12 +85,14 @@ def sync(backend: str) -> None:
         cupy.cuda.Device().synchronize()
 
 
-def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: int) -> tuple[float, dict, Path]:
+def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: int,
+               budget: int | None = None) -> tuple[float, dict, Path]:
     best, best_steps, paths = np.inf, {}, {}
     for _ in range(repeat):
         steps: dict = {}
         t0 = time.perf_counter()
-        paths = sample_fused_cloud(cfg, ply, out, overwrite=True, backend=backend, timings=steps)
+        paths = sample_fused_cloud(cfg, ply, out, overwrite=True, backend=backend, timings=steps,
+                                   memory_budget=budget)
         sync(backend)
         wall = time.perf_counter() - t0
         if wall < best:
@@ -148,6 +154,8 @@ def main() -> int:
     ap.add_argument("--fps", default="", help="comma list of N:M pairs timed with FPS alone, e.g. 12M:1.2M,50M:1M")
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu", "auto"])
     ap.add_argument("--repeat", type=int, default=2, help="runs per row, best kept (default: %(default)s)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="memory budget of the stage in GiB (default: none on the CPU, what is free on the GPU)")
     ap.add_argument("--f1-max-points", default="2M", help="F1 only for clouds up to this size (default: %(default)s)")
     ap.add_argument("--f1-tolerances", default="0.01,0.02", help="m, comma list (default: %(default)s)")
     ap.add_argument("--tmp", type=Path, default=None, help="folder for the clouds (default: the system's temp)")
@@ -178,13 +186,16 @@ def main() -> int:
             for name in filter(None, args.settings.split(",")):
                 cfg = dataclasses.replace(SamplingConfig(), **SETTINGS[name])
                 print(f"stage, N = {n}, {name}: {cfg}", flush=True)
-                s, steps, out = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}", args.backend, args.repeat)
+                budget = None if args.budget is None else int(args.budget * 2**30)
+                s, steps, out = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}", args.backend, args.repeat, budget)
                 row = {"what": "stage", "setting": name, "n": n, "samples": steps.get("written_points"),
-                       "pooled": steps.get("pooled_points"), "seconds": s,
+                       "pooled": steps.get("pooled_points"), "seconds": s, "budget_gib": args.budget,
+                       "streamed": "chunk_rows" in steps,
                        **{k: steps.get(f"{k}_seconds", 0.0) for k in STEPS}}
                 split = ", ".join(f"{k} {row[k]:.2f}" for k in STEPS)
+                how = f", in chunks of {steps['chunk_rows']} and parts of {steps['part_points']}" if row["streamed"] else ""
                 print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {row['samples']} points "
-                      f"(pooled {row['pooled']}); steps: {split}", flush=True)
+                      f"(pooled {row['pooled']}{how}); steps: {split}", flush=True)
                 row["disk_write"], row["disk_fsync"] = disk_check(out)
                 print(f"  the same {out.stat().st_size / 2**30:.2f} GiB written again: {row['disk_write']:.2f} s, "
                       f"fsync {row['disk_fsync']:.2f} s", flush=True)

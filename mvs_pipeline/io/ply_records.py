@@ -4,9 +4,11 @@ and written as one block of bytes, and records split into / packed from columns.
     layout = read_layout(path)            # VertexLayout(dtype, count, offset) or None (use plyfile)
     records = read_records(path, layout)  # [N] structured array, one np.fromfile
     picked = read_records_at(path, layout, sorted_indices)  # [K], a bounded window mapped at a time
-    cloud = records_to_cloud(raw [N, R] uint8, dtype)   # NumPy or CuPy columns
+    raw = read_record_rows(path, layout, start, stop)   # [stop - start, R] uint8: a chunk of rows
+    cloud = records_to_cloud(raw [N, R] uint8, dtype)   # NumPy or CuPy columns (xyz_only: just xyz)
     raw = pack_records(cloud, dtype)      # [N, R] uint8 on the cloud's array module
     write_records(path, dtype, raw)       # header + body, atomically
+    write_record_chunks(path, dtype, count, chunks)     # the same from [k, R] uint8 chunks in order
 
 Why: plyfile's reader returns a memory-mapped structured array that read_ply then copied field by
 field through float64; at 50 M points (1.4 GB) that was seconds of the sampling stage. Here the
@@ -129,6 +131,21 @@ def read_records_at(path: str | os.PathLike, layout: VertexLayout, indices: np.n
     return out
 
 
+def read_record_rows(path: str | os.PathLike, layout: VertexLayout, start: int, stop: int) -> np.ndarray:
+    """[stop - start, R] uint8: the records of vertices start .. stop - 1 (one read; a pass over a
+    cloud larger than memory reads it chunk by chunk)."""
+    if not 0 <= start <= stop <= layout.count:
+        raise ValueError(f"rows {start}:{stop} are outside the {layout.count} vertices")
+    record = layout.dtype.itemsize
+    need = layout.offset + stop * record
+    size = os.path.getsize(path)
+    if size < need:
+        raise MVSError(f"{path}: PLY body is truncated ({size} bytes, the header announces "
+                       f"{layout.offset + layout.count * record})")
+    raw = np.fromfile(path, dtype=np.uint8, count=(stop - start) * record, offset=layout.offset + start * record)
+    return raw.reshape(stop - start, record)
+
+
 def _column(raw, dtype: np.dtype, name: str):
     """[N] values of field `name` from raw [N, R] uint8 records (NumPy or CuPy)."""
     xp = _xp(raw)
@@ -137,10 +154,10 @@ def _column(raw, dtype: np.dtype, name: str):
     return block.view(ftype.newbyteorder("=")).reshape(raw.shape[0])
 
 
-def records_to_cloud(raw, dtype: np.dtype):
+def records_to_cloud(raw, dtype: np.dtype, xyz_only: bool = False):
     """PointCloud of raw [N, R] uint8 vertex records (NumPy or CuPy, columns on the same module),
     with read_ply's rules: float32 xyz unless double, float32 normals, uint8 colours, the other
-    properties as extra channels."""
+    properties as extra channels. `xyz_only`: the coordinates alone (a pass that needs no more)."""
     xp = _xp(raw)
     names = dtype.names
     missing = [a for a in "xyz" if a not in names]
@@ -149,6 +166,8 @@ def records_to_cloud(raw, dtype: np.dtype):
     double = any(dtype[a].itemsize > 4 and dtype[a].kind == "f" for a in "xyz")
     coord = xp.float64 if double else xp.float32
     xyz = xp.stack([_column(raw, dtype, a).astype(coord) for a in "xyz"], axis=1)
+    if xyz_only:
+        return PointCloud(xyz=xyz)
     normals = xp.stack([_column(raw, dtype, a).astype(xp.float32) for a in NORMALS], axis=1) \
         if all(n in names for n in NORMALS) else None
     colors = None
@@ -240,3 +259,28 @@ def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
             write_from_device(f, body, sync_bytes=SYNC_BYTES)
         else:
             f.write(memoryview(body.reshape(-1).view(np.uint8)))
+
+
+def write_record_chunks(path: str | os.PathLike, dtype: np.dtype, count: int, chunks) -> None:
+    """Write a binary PLY of `count` records atomically from `chunks`, an iterable of host [k, R]
+    uint8 arrays in file order (the sampling stage's output when the cloud is not held whole).
+    The file equals write_records' of the concatenated chunks; like the GPU path of write_records
+    it is flushed to disk every SYNC_BYTES, so the disk works while later chunks are made."""
+    written = unsynced = 0
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+        f.write(header(dtype, count))
+        for raw in chunks:
+            raw = np.ascontiguousarray(raw)
+            if raw.ndim != 2 or raw.shape[1] != dtype.itemsize:
+                raise MVSError(f"{path}: a chunk of shape {raw.shape} is not records of {dtype.itemsize} bytes")
+            written += raw.shape[0]
+            if written > count:
+                raise MVSError(f"{path}: more than the announced {count} records")
+            f.write(memoryview(raw.reshape(-1)))
+            unsynced += raw.nbytes
+            if unsynced >= SYNC_BYTES:
+                f.flush()
+                os.fdatasync(f.fileno())
+                unsynced = 0
+        if written != count:
+            raise MVSError(f"{path}: {written} records written, the header announces {count}")

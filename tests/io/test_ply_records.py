@@ -11,7 +11,15 @@ from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.fused_ply import VERTEX_DTYPE
 from mvs_pipeline.io.ply import PointCloud, read_ply, read_vertex_element, write_ply
 from mvs_pipeline.io import ply_records
-from mvs_pipeline.io.ply_records import cloud_dtype, pack_records, read_layout, read_records_at, records_to_cloud
+from mvs_pipeline.io.ply_records import (
+    cloud_dtype,
+    pack_records,
+    read_layout,
+    read_record_rows,
+    read_records_at,
+    records_to_cloud,
+    write_record_chunks,
+)
 
 ALL_TYPES = [("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("a", "i1"), ("b", "u1"), ("c", "<i2"), ("d", "<u2"),
              ("e", "<i4"), ("f", "<u4"), ("g", "<f8")]
@@ -128,6 +136,32 @@ def test_split_and_pack_of_raw_records_match_the_structured_path(tmp_path):
     raw = rec.view(np.uint8).reshape(300, -1)
     plyfile_write(tmp_path / "f.ply", rec)
     assert_same_cloud(records_to_cloud(raw, VERTEX_DTYPE), read_ply(tmp_path / "f.ply"))
+
+
+def test_rows_read_and_chunks_written_match_the_whole_file(tmp_path):
+    """A chunk of rows is the whole body's slice; a file written chunk by chunk is write_ply's."""
+    cloud = fused_like(1000, 5)
+    write_ply(tmp_path / "c.ply", cloud)
+    layout = read_layout(tmp_path / "c.ply")
+    raw = np.fromfile(tmp_path / "c.ply", np.uint8, offset=layout.offset).reshape(1000, layout.dtype.itemsize)
+    for a, b in ((0, 1000), (0, 0), (17, 480), (999, 1000)):
+        np.testing.assert_array_equal(read_record_rows(tmp_path / "c.ply", layout, a, b), raw[a:b])
+    with pytest.raises(ValueError, match="outside"):
+        read_record_rows(tmp_path / "c.ply", layout, 10, 1001)
+    dtype = cloud_dtype(cloud)
+    write_record_chunks(tmp_path / "k.ply", dtype, 1000, (raw[a:a + 300] for a in range(0, 1000, 300)))
+    assert (tmp_path / "k.ply").read_bytes() == (tmp_path / "c.ply").read_bytes()
+    xyz = records_to_cloud(raw, layout.dtype, xyz_only=True)
+    assert xyz.normals is None and not xyz.extra
+    np.testing.assert_array_equal(xyz.xyz, cloud.xyz)
+    for count, pieces in ((999, [raw]), (1001, [raw])):
+        with pytest.raises(MVSError, match="records"):
+            write_record_chunks(tmp_path / "bad.ply", dtype, count, pieces)
+        assert not (tmp_path / "bad.ply").exists()  # atomic: nothing left behind
+    truncated = tmp_path / "t.ply"
+    truncated.write_bytes((tmp_path / "c.ply").read_bytes()[:-5])
+    with pytest.raises(MVSError, match="truncated"):
+        read_record_rows(truncated, read_layout(truncated), 900, 1000)
 
 
 @pytest.mark.gpu

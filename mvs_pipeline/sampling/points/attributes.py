@@ -27,9 +27,12 @@ def available_attributes(cloud: PointCloud) -> list[str]:
     return names + list(cloud.extra)
 
 
-def attribute_matrix(cloud: PointCloud, names: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """Stack the named attributes as float32 columns: (matrix [N, C], [(name, width)])."""
-    cols, layout = [], []
+def attribute_matrix(cloud: PointCloud, names: list[str], lead: int = 0) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """Stack the named attributes as float32 columns: (matrix [N, lead + C], [(name, width)]).
+    The first `lead` columns are left for the caller to fill (voxel pooling puts the coordinates
+    there): one [N, lead + C] array written column block by column block, instead of a stack of
+    converted copies concatenated and then concatenated again behind the coordinates."""
+    blocks, layout = [], []
     for name in names:
         if name == "normals":
             values = cloud.normals
@@ -40,15 +43,17 @@ def attribute_matrix(cloud: PointCloud, names: list[str]) -> tuple[np.ndarray, l
         if values is None:
             raise MVSError(f"attribute '{name}' is not in the source cloud "
                            f"(has: {', '.join(available_attributes(cloud)) or 'none'})")
-        xp = array_module(values)
-        values = xp.asarray(values)
+        values = array_module(values).asarray(values)
         width = int(np.prod(values.shape[1:]))  # 1 for a [N] channel; not -1, which fails on an empty cloud
-        values = values.reshape(len(cloud), width).astype(np.float32)
-        cols.append(values)
-        layout.append((name, values.shape[1]))
-    if not cols:
-        return array_module(cloud.xyz).zeros((len(cloud), 0), dtype=np.float32), []
-    return array_module(cols[0]).concatenate(cols, axis=1), layout
+        blocks.append(values.reshape(len(cloud), width))
+        layout.append((name, width))
+    xp = array_module(cloud.xyz)
+    matrix = xp.empty((len(cloud), lead + sum(w for _, w in layout)), dtype=np.float32)
+    col = lead
+    for block, (_, width) in zip(blocks, layout):
+        matrix[:, col:col + width] = block  # converted to float32 on assignment, as astype does
+        col += width
+    return matrix, layout
 
 
 def restore_attributes(out: PointCloud, values: np.ndarray, layout: list[tuple[str, int]], source: PointCloud, *,

@@ -6,6 +6,8 @@ records to the download of fused_fps.ply's, so that no step pays a round trip th
 
     to_device(cloud) / to_host_cloud(cloud) -> the same cloud on CuPy / NumPy arrays
     take(cloud, indices [M])                -> the rows `indices` of every array (either module)
+    take_rows(cloud, start, stop)           -> rows start .. stop - 1 of every array (views)
+    empty_rows(cloud, n) / put_rows(dst, src, start)   -> a cloud of n rows like `cloud`, filled by pieces
 """
 
 from __future__ import annotations
@@ -38,3 +40,25 @@ def take(cloud: PointCloud, indices) -> PointCloud:
     xp = array_module(cloud.xyz)
     idx = to_host(indices) if xp is np else xp.asarray(indices)
     return _map(cloud, lambda a: a[idx])
+
+
+def take_rows(cloud: PointCloud, start: int, stop: int) -> PointCloud:
+    """Rows start .. stop - 1 of every array (views, no copy)."""
+    return _map(cloud, lambda a: a[start:stop])
+
+
+def empty_rows(cloud: PointCloud, n: int) -> PointCloud:
+    """An uninitialised cloud of n rows with `cloud`'s columns, dtypes and array module."""
+    xp = array_module(cloud.xyz)
+    return _map(cloud, lambda a: xp.empty((n, *a.shape[1:]), dtype=a.dtype))
+
+
+def put_rows(dst: PointCloud, src: PointCloud, start: int) -> None:
+    """dst's rows start .. start + len(src) - 1 = src's rows (same columns; src moved to dst's module)."""
+    xp = array_module(dst.xyz)
+    stop = start + len(src)
+    pairs = [(dst.xyz, src.xyz), (dst.normals, src.normals), (dst.colors, src.colors),
+             *((dst.extra[k], v) for k, v in src.extra.items())]
+    for d, s in pairs:
+        if d is not None:
+            d[start:stop] = to_host(s) if xp is np else xp.asarray(s)

@@ -55,9 +55,10 @@ def as_points(xyz, name: str = "xyz", allow_empty: bool = False):
     if arr.dtype.kind not in "fiu":
         raise MVSError(f"{name}: expected numeric coordinates, got dtype {arr.dtype}")
     arr = xp.ascontiguousarray(arr, dtype=xp.float32)
-    finite = xp.isfinite(arr).all(axis=1)
-    if not bool(finite.all()):
-        bad = xp.flatnonzero(~finite)
+    # one reduction over all values; the per-point test only to name the bad points (NumPy's
+    # isfinite(arr).all(axis=1) over [N, 3] took ~15x the whole-array test: ~5 s at 62 M points)
+    if not bool(xp.isfinite(arr).all()):
+        bad = xp.flatnonzero(~xp.isfinite(arr).all(axis=1))
         raise MVSError(f"{name}: {int(bad.size)} point(s) have NaN or infinite coordinates "
                        f"(first: index {int(bad[0])}); remove them first")
     return flush_subnormals(arr)

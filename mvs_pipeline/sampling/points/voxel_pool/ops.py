@@ -9,11 +9,15 @@ lengths, reduce each interval with one thread per (interval, channel) and no ato
         arrays on the GPU when the pooling ran there (the sampling stage keeps them there)
     voxel_downsample(cloud, voxel_size) -> the same with NumPy arrays
 
+    pool_in_frame(cloud, centre, frame, backend) -> pool_point_cloud's result for a cloud whose
+        frame (centre, voxel grid: frame.py) is given: one part of a larger cloud (streamed.py)
+
 Voxel (i, j, k) of a point is floor((p - origin) * (1 / voxel_size)) per axis in float64;
-`origin` defaults to the cloud's minimum corner. Voxels come out in increasing key order
+`origin` defaults to the cloud's minimum corner (frame.py). Voxels come out in increasing key order
 (key = i + D_i * (j + D_j * k)), and sums run in increasing point index inside a voxel, so the
-CUDA and CPU backends agree bit for bit. The key computation, sort and interval search are
-array code that runs on CuPy or NumPy unchanged; only the reduction has a kernel and a twin.
+CUDA and CPU backends agree bit for bit, and so does a pooling by parts of disjoint key ranges
+(streamed.py) with a pooling of the whole cloud. The key computation, sort and interval search
+are array code that runs on CuPy or NumPy unchanged; only the reduction has a kernel and a twin.
 """
 
 from __future__ import annotations
@@ -31,8 +35,7 @@ from ..attributes import attribute_matrix, available_attributes, restore_attribu
 from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
 from ..device_cloud import to_device, to_host_cloud
-
-MAX_KEY = 2**62
+from .frame import MAX_KEY, VoxelFrame, coordinate_keys, voxel_coordinates, voxel_frame, voxel_keys  # noqa: F401 (re-exported)
 
 
 def _twin():
@@ -85,13 +88,6 @@ def interval_max(values, intervals: Intervals, backend: str):
     return _twin().pool_max(values, intervals.order, intervals.starts)
 
 
-def voxel_coordinates(xyz, voxel_size: float, origin):
-    """[N, 3] int64 voxel coordinates floor((p - origin) * (1 / voxel_size))."""
-    xp = array_module(xyz)
-    rel = (xyz.astype(xp.float64) - xp.asarray(origin, dtype=xp.float64)) * (1.0 / voxel_size)
-    return xp.floor(rel).astype(xp.int64)
-
-
 @dataclass
 class PooledVoxels:
     xyz: np.ndarray          # [V, 3] float32 mean position
@@ -108,8 +104,7 @@ class _Pooled:
     """What `_pool` leaves on the array module it ran on (CuPy on the GPU: nothing is downloaded)."""
     means: object          # [V, 3 + C] float32: mean position, then mean features
     intervals: Intervals
-    coords: object         # [N, 3] int64 voxel coordinates of every point
-    origin: np.ndarray     # [3] float64
+    coords: object         # [N, 3] int64 voxel coordinates of every point (None unless asked for)
 
 
 def _backend_for(pts, feats_width: int, backend: str, what: str) -> str:
@@ -127,24 +122,29 @@ def _backend_for(pts, feats_width: int, backend: str, what: str) -> str:
     return resolved
 
 
-def _pool(pts, feats, voxel_size: float, origin, backend: str) -> _Pooled:
-    """Sort pts [N, 3] float32 (checked, NumPy or CuPy) by voxel and average [pts | feats [N, C]]
-    per voxel, on the arrays' own module with `backend`'s reduction ("cuda" or "cpu")."""
-    xp = array_module(pts)
+def _bounds_frame(pts, voxel_size: float, origin=None) -> VoxelFrame:
+    """The frame of checked points pts [N >= 1, 3] from their own bounds."""
     lo, hi = (to_host(b).astype(np.float64) for b in column_bounds(pts))
-    origin = lo if origin is None else np.asarray(origin, dtype=np.float64)
-    if origin.shape != (3,) or np.any(origin > lo):
-        raise MVSError(f"origin must be 3 numbers at or below the cloud's minimum corner {lo.tolist()}")
-    dims_f = np.floor((hi - origin) * (1.0 / voxel_size)) + 2
-    if float(np.prod(dims_f)) >= MAX_KEY:
-        raise MVSError(f"voxel_size {voxel_size} is too small for this cloud ({dims_f.tolist()} voxels per axis)")
-    dims = dims_f.astype(np.int64)
-    coords = voxel_coordinates(pts, voxel_size, origin)
-    keys = coords[:, 0] + int(dims[0]) * (coords[:, 1] + int(dims[1]) * coords[:, 2])
+    return voxel_frame(lo, hi, voxel_size, origin)
+
+
+def _table(pts, feats):
+    """[N, 3 + C] float32 contiguous [pts | feats]: what pool_mean averages, one row per point."""
+    return array_module(pts).concatenate([pts, feats], axis=1)
+
+
+def _pool(table, frame: VoxelFrame, backend: str, keep_coords: bool = False) -> _Pooled:
+    """Sort the rows of table [N, 3 + C] float32 ([pts | feats], pts checked and inside `frame`;
+    NumPy or CuPy) by voxel and average them per voxel, on the table's own module with `backend`'s
+    reduction ("cuda" or "cpu"). The [N, 3] voxel coordinates are only made with `keep_coords`
+    (voxel_pool returns them). The caller drops its own pts / feats arrays first where it can:
+    the table holds both."""
+    pts = table[:, :3]
+    coords = voxel_coordinates(pts, frame.voxel_size, frame.origin) if keep_coords else None
+    keys = coordinate_keys(coords, frame) if keep_coords else voxel_keys(pts, frame)
     intervals = sort_intervals(keys)
     del keys
-    table = xp.ascontiguousarray(xp.concatenate([pts, feats], axis=1))
-    return _Pooled(means=interval_mean(table, intervals, backend), intervals=intervals, coords=coords, origin=origin)
+    return _Pooled(means=interval_mean(table, intervals, backend), intervals=intervals, coords=coords)
 
 
 def _point_voxel(intervals: Intervals, n: int):
@@ -169,6 +169,16 @@ def _checked_features(features, n: int, xp):
     return flush_subnormals(feats)
 
 
+def _check_features_in_place(feats) -> None:
+    """_checked_features' checks of a float32 view, its subnormals flushed where they lie."""
+    xp = array_module(feats)
+    if not bool(xp.isfinite(feats).all()):
+        raise MVSError("features contain NaN or infinite values")
+    flushed = flush_subnormals(feats)
+    if flushed is not feats:
+        feats[...] = flushed
+
+
 def voxel_pool(xyz, features=None, voxel_size: float = 0.01, origin=None, *, backend: str = "auto") -> PooledVoxels:
     """Mean position and features per occupied voxel (NumPy outputs)."""
     if not voxel_size > 0 or not np.isfinite(voxel_size):
@@ -181,12 +191,13 @@ def voxel_pool(xyz, features=None, voxel_size: float = 0.01, origin=None, *, bac
         import cupy  # noqa: PLC0415
 
         pts, feats = cupy.asarray(pts), cupy.asarray(feats)
-    pooled = _pool(pts, feats, voxel_size, origin, resolved)
+    frame = _bounds_frame(pts, voxel_size, origin)
+    pooled = _pool(_table(pts, feats), frame, resolved, keep_coords=True)
     iv = pooled.intervals
     means = pooled.means
     return PooledVoxels(xyz=to_host(means[:, :3]).copy(), features=to_host(means[:, 3:]).copy(),
                         counts=to_host(iv.lengths), coords=to_host(pooled.coords[iv.order[iv.starts[:-1]]]),
-                        point_voxel=to_host(_point_voxel(iv, n)), origin=tuple(float(v) for v in pooled.origin),
+                        point_voxel=to_host(_point_voxel(iv, n)), origin=tuple(float(v) for v in frame.origin),
                         voxel_size=float(voxel_size))
 
 
@@ -216,20 +227,37 @@ def pool_point_cloud(cloud: PointCloud, voxel_size: float, *, backend: str = "au
         cloud = to_device(cloud)
     elif resolved == "cpu" and array_module(cloud.xyz) is not np:
         cloud = to_host_cloud(cloud)
-    xp = array_module(cloud.xyz)
     centre = frame_centre(cloud.xyz)
     pts = as_points(offsets(cloud.xyz, centre))
-    matrix, layout = attribute_matrix(cloud, names)
-    feats = _checked_features(matrix, n, xp)
-    pooled = _pool(pts, feats, voxel_size, None, resolved)
+    return pool_in_frame(cloud, centre, _bounds_frame(pts, voxel_size), resolved, pts=pts)
+
+
+def pool_in_frame(cloud: PointCloud, centre: np.ndarray, frame: VoxelFrame, backend: str, pts=None) -> PointCloud:
+    """pool_point_cloud of `cloud` (arrays on the module `backend` runs on: CuPy for "cuda") in a
+    given frame: its points are offsets from `centre` (local_frame.py; zeros for float32 clouds)
+    and lie inside `frame`. A part of a cloud pooled in the whole cloud's frame gives exactly the
+    whole pooling's voxels of that part's keys, in the same order. `pts`: the checked offsets,
+    when the caller has them."""
+    n = len(cloud)
+    xp = array_module(cloud.xyz)
+    if pts is None:
+        pts = as_points(offsets(cloud.xyz, centre))
+    # [pts | attributes] built in place: the features are checked and flushed where they lie, so
+    # the part's peak is the table, keys and sort (no converted feature copies beside them)
+    table, layout = attribute_matrix(cloud, available_attributes(cloud), lead=3)
+    table[:, :3] = pts
+    del pts
+    _check_features_in_place(table[:, 3:])
+    pooled = _pool(table, frame, backend)
     iv = pooled.intervals
     means = pooled.means
     col = 3
     for name, width in layout:
         if name in MAX_CHANNELS and width == 1:
-            top, _arg = interval_max(xp.ascontiguousarray(feats[:, col - 3]), iv, resolved)
+            top, _arg = interval_max(xp.ascontiguousarray(table[:, col]), iv, backend)
             means[:, col] = top
         col += width
+    del table
     xyz = means[:, :3]
     if is_double(cloud.xyz):
         points = to_host(cloud.xyz)

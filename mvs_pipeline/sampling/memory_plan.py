@@ -1,0 +1,84 @@
+"""How the sampling stage fits a memory budget: the whole cloud at once, or in chunks and parts.
+
+    plan = plan_memory(count, record_bytes, fields, budget_bytes)
+    plan.whole                      the whole-cloud path fits (or there is no budget)
+    plan.resident                   streamed: fused.ply's records are held in memory for the passes
+    plan.chunk_rows, plan.part_points   rows a pass decodes at once, points a pooling part holds
+    plan.bin_bits                   the key histogram's bins: 2^bin_bits
+    None                            not even the streamed path fits the budget
+
+The budget is the bytes the stage may allocate where it works: on the GPU the run's budget
+(gpu/memory_budget.usable_bytes(), `--gpu-memory`), on the CPU only a budget the caller passes
+(tests, benchmarks/bench_sampling.py --budget). As everywhere (validate.fits_on_gpu), 90 % of it is
+planned for. The per-point costs below are peaks of the array code, measured with tracemalloc on
+NumPy (tests/sampling/test_memory_plan.py checks the streamed path stays within its plan there) plus
+room for what CuPy adds (its argsort's buffers, the pool's rounding). The pooled cloud (~32 B per
+pooled point) and the FPS that follows are outside this plan: the pooled parts go to host memory,
+and FPS makes its own check (points/fps/ops.py) on a GPU the parts have left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEADROOM = 0.9
+# The whole-cloud path: fused.ply's records, their columns and the pooling of all of them at once
+# (the stage's estimate before the streamed path existed, kept as the switch between the two).
+WHOLE_SCRATCH_BYTES = 160
+# A pooling part, per point: its gathered columns (28 B for fusion's layout), then the table
+# [xyz | attributes] (40 B), keys and sort (~40 B), the means (40 B) and the restored attributes:
+# 156 B measured on NumPy with as many voxels as points, +40 % for CuPy's sort buffers and pool.
+PART_BYTES = 224
+# A pass over a chunk, per row beyond its records: the decoded columns (28 B, 12 B for xyz alone),
+# the keys (one float64 column, the int64 key: 32 B peak), a gathered copy of the chunk's part rows.
+CHUNK_BYTES = 96
+CHUNK_SHARE = 0.25        # of what the records leave: the rest is the part's
+RESIDENT_SHARE = 0.4      # records held for the passes when they take at most this share
+# The key histogram (voxel_pool/partition.py): 2^20 bins at most, about one per 16 points below
+# that (a part holds at least MIN_PART_POINTS, so a finer grain buys nothing); a bin costs the
+# int64 histogram, its running total and bincount's temporary.
+MAX_BIN_BITS, MIN_BIN_BITS = 20, 10
+BIN_BYTES = 3 * 8
+MIN_PART_POINTS = 1024    # a budget that leaves fewer per part is too small to stream
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    whole: bool
+    resident: bool = False
+    chunk_rows: int = 0
+    part_points: int = 0
+    bin_bits: int = MAX_BIN_BITS
+
+
+def whole_bytes(count: int, record_bytes: int, fields: int) -> int:
+    return count * (3 * record_bytes + 8 * fields + WHOLE_SCRATCH_BYTES)
+
+
+def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None) -> MemoryPlan | None:
+    """The plan for a cloud of `count` records of `record_bytes` (`fields` properties each)."""
+    if budget is None or whole_bytes(count, record_bytes, fields) <= HEADROOM * budget:
+        return MemoryPlan(whole=True)
+    bin_bits = min(MAX_BIN_BITS, max(MIN_BIN_BITS, (int(count) // 16).bit_length()))
+    usable = HEADROOM * budget - BIN_BYTES * (1 << bin_bits)
+    records = count * record_bytes
+    for resident in (True, False) if records <= RESIDENT_SHARE * usable else (False,):
+        left = usable - (records if resident else 0)
+        per_row = record_bytes + CHUNK_BYTES
+        chunk_rows = min(count, int(CHUNK_SHARE * left / per_row))
+        part_points = int((left - chunk_rows * per_row) / PART_BYTES)
+        if chunk_rows >= 1 and part_points >= MIN_PART_POINTS:
+            return MemoryPlan(whole=False, resident=resident, chunk_rows=chunk_rows, part_points=part_points,
+                              bin_bits=bin_bits)
+    return None
+
+
+def min_streamed_budget(count: int, record_bytes: int, fields: int) -> int:
+    """The smallest budget plan_memory streams this cloud in (for the message of one that is smaller)."""
+    lo, hi = 1, 1 << 20
+    while plan_memory(count, record_bytes, fields, hi) is None:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:  # invariant: lo too small, hi enough
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if plan_memory(count, record_bytes, fields, mid) is not None else (mid, hi)
+    return hi
