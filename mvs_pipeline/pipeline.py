@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import fingerprints
+from .backend_start import BackendStart
 from .config.auto import annotate_yaml, resolve_auto
 from .config.loader import config_to_dict, dump_config
 from .config.schema import PipelineConfig
@@ -54,7 +55,10 @@ class RunContext:
     cluster_wanted: bool = False  # --cluster and the depth stage in this run: start_cluster may be called
     stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     host_peaks: dict = field(default_factory=dict)  # stage -> resident-memory peak during it, bytes
-    backend: str = "cpu"  # resolved
+    # `backend` (the property below) is resolved_backend; run_pipeline leaves it None while its
+    # BackendStart resolves it in a thread (backend_start.py), kept until its depth warm-up is waited for
+    resolved_backend: str | None = "cpu"
+    backend_start: BackendStart | None = None
     scene: object = None
     selection: object = None
     counts: dict = field(default_factory=dict)
@@ -63,6 +67,33 @@ class RunContext:
     # called as the depth stage starts (ctx, stages), returns what ends it at the end of the run (or
     # None): commands/run.py compiles the later stages' CPU twins in the background (compile_ahead.py)
     before_depth: Callable | None = None
+
+    @property
+    def backend(self) -> str:
+        """The resolved backend ("cuda" or "cpu"); the first read waits for run_pipeline's BackendStart."""
+        if self.resolved_backend is None:
+            self.resolved_backend = self.backend_start.backend()   # BackendUnavailable: `cuda` cannot run
+            log.info("backend: %s (requested %s)", self.resolved_backend, self.cfg.backend)
+            if self.resolved_backend == "cuda" and self.cfg.gpu_memory is not None:   # set by BackendStart
+                log.info("GPU memory budget: %.3g GiB", self.cfg.gpu_memory)
+        return self.resolved_backend
+
+    @backend.setter
+    def backend(self, value: str) -> None:
+        self.resolved_backend = value
+
+    def known_backend(self) -> str | None:
+        """The backend if it is resolved already, without waiting (None while it resolves)."""
+        if self.resolved_backend is not None or self.backend_start is None:
+            return self.resolved_backend
+        return self.backend_start.known()
+
+    def wait_warm_up(self) -> None:
+        """Wait for BackendStart's depth warm-up, so that the depth stage has the GPU to itself."""
+        if self.backend_start is not None:
+            _ = self.backend
+            self.backend_start.wait_warm_up()
+            self.backend_start = None
 
     def require_scene(self):
         if self.scene is None:
@@ -235,19 +266,32 @@ def _kept(out_dir: Path, done: list[str], stopped: str | None) -> str:
     return f"kept in {out_dir}: {finished}{partly}"
 
 
-def _resolve_run_backend(cfg) -> str:
-    """The backend, where `--cluster local` (CPU worker processes) turns `auto` into `cpu`."""
+def _start_backend(ctx: RunContext, stages: list[str]) -> None:
+    """Resolve the backend: at once where `--cluster local` (CPU worker processes) turns `auto` into
+    `cpu` or `backend` is `cpu`; else in a thread (backend_start.py) that also loads the depth stage's
+    kernels when this run computes depth maps in this process."""
+    cfg = ctx.cfg
     if cfg.cluster.kind == "local":
         if cfg.backend == "cuda":
             raise MVSError("--cluster local runs CPU workers: use --cluster local-cuda for the GPU, or backend cpu")
-        return "cpu"
-    return resolve_backend(cfg.backend)
+        ctx.backend = "cpu"
+    elif cfg.backend == "cpu":
+        ctx.backend = resolve_backend(cfg.backend)
+    else:
+        warm_depth = "depth" in stages and cfg.cluster.kind == "none" and (
+            ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth"))
+        ctx.resolved_backend, ctx.backend_start = None, BackendStart(cfg, cfg.backend, warm_depth)
+        return
+    log.info("backend: %s (requested %s)", ctx.backend, cfg.backend)
 
 
-def write_resolved_config(ctx: RunContext) -> None:
+def write_resolved_config(ctx: RunContext, wait_for_backend: bool = True) -> None:
     """OUT/config.resolved.yaml: the config as the stages read it, `auto` values resolved and explained
-    (until the scene is prepared they read `auto`)."""
-    head = f"# resolved configuration of this run; backend resolved to: {ctx.backend}\n"
+    (until the scene is prepared they read `auto`). Without `wait_for_backend` (the write before the
+    load stage, which is rewritten after it) a backend still starting is named as such."""
+    backend = ctx.backend if wait_for_backend else ctx.known_backend()
+    head = (f"# resolved configuration of this run; backend resolved to: {backend}\n" if backend is not None else
+            f"# resolved configuration of this run; backend {ctx.cfg.backend}: resolved after the load stage\n")
     if ctx.auto is None:
         head += "# `auto` values are resolved once the load stage has prepared the scene\n"
     atomic_write_text(ctx.out_dir / "config.resolved.yaml", head + annotate_yaml(dump_config(ctx.cfg), ctx.auto or []))
@@ -268,12 +312,16 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             if name != "load":  # the stages after load read the resolved values (the views stage's own run too)
                 _resolve_auto(ctx)
                 _check_masks_once(ctx, stages)
+            if name == "depth":   # the GPU to the depth stage alone (its kernels loaded meanwhile: backend_start.py)
+                ctx.wait_warm_up()
             if name == "depth" and ctx.before_depth is not None:
                 end = ctx.before_depth(ctx, stages)
                 if end is not None:
                     stack.callback(end)
             log.info("stage %s ...", name)
-            pool = _reset_gpu_pool(ctx.backend)
+            # load uses no GPU, and the backend may still be starting (backend_start.py) as it runs; the
+            # depth warm-up's few MB may still come and go during views, which are counted there
+            pool = _reset_gpu_pool(ctx.backend) if name != "load" else None
             _reset_host_peak()
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)
@@ -356,15 +404,9 @@ def _fewer_points_hint(ctx: RunContext) -> str:
 
 
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
+    _start_backend(ctx, stages)   # first: CuPy's import and the CUDA context overlap the checks and the load stage
     check_inputs(ctx, stages)
     check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
-    ctx.backend = _resolve_run_backend(ctx.cfg)
-    log.info("backend: %s (requested %s)", ctx.backend, ctx.cfg.backend)
-    if ctx.backend == "cuda" and ctx.cfg.gpu_memory is not None:   # before any stage allocates
-        from .gpu.memory_budget import set_budget  # noqa: PLC0415
-
-        set_budget(ctx.cfg.gpu_memory)
-        log.info("GPU memory budget: %.3g GiB", ctx.cfg.gpu_memory)
     fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     with output_folder_lock(ctx.out_dir):   # before the leftovers go: they may be another run's files
@@ -374,7 +416,8 @@ def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
 def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     for path in remove_leftovers(ctx.out_dir):  # writers killed with SIGKILL cannot clean up
         log.info("removed %s, left by an interrupted write", path)
-    write_resolved_config(ctx)
+    # rewritten with the backend after the load stage (_resolve_auto), unless `auto` is resolved already
+    write_resolved_config(ctx, wait_for_backend=ctx.auto is not None)
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
         # depth is the only stage that uses the cluster; no --cluster, no dask

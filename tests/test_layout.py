@@ -24,7 +24,7 @@ LAYERS = [
     ("mesh",),
     ("evaluation",),
     ("config",),
-    ("fingerprints", "output_space"),
+    ("fingerprints", "output_space", "backend_start"),
     ("pipeline",),
     ("compile_ahead",),
     ("commands",),

@@ -19,6 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 
 from ..errors import ConfigError
+from ..io import yaml_text
 from ..paths import CONFIG_DIR
 from .schema import PipelineConfig
 
@@ -59,7 +60,7 @@ def _read_yaml_with_extends(path: Path, chain: tuple[Path, ...] = ()) -> tuple[d
     if path in chain:
         raise ConfigError(f"{path}: 'extends' cycle: {' -> '.join(str(p) for p in (*chain, path))}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_text.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from exc
     except OSError as exc:
@@ -263,7 +264,7 @@ def config_to_dict(cfg) -> dict:
 
 
 def dump_config(cfg) -> str:
-    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
+    return yaml_text.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
 
 
 def iter_fields(cls: type, prefix: str = ""):

@@ -45,7 +45,7 @@ from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
 from .patchmatch import PatchMatchProblem, run_patchmatch
-from .patchmatch.problem import overlap_fraction
+from .patchmatch.problem import overlap_fractions
 from .scale_ops.ops import jbu_upsample, postfilter_depth
 from .writer import MapWriter
 
@@ -357,18 +357,25 @@ def _filter_sources(sel: ViewSelection, keep) -> ViewSelection:
 def _drop_non_overlapping(scene: Scene, sel: ViewSelection) -> ViewSelection:
     """Drop (with a warning) sources that see nothing of the reference's depth range: the view
     selection scores shared sparse points, which a large neighbour count can exhaust, and
-    PatchMatch rejects such a source (every window would cost the maximum)."""
-    def overlaps(ref: int, s: int) -> bool:
-        rv, sv = scene.views[ref], scene.views[s]
+    PatchMatch rejects such a source (every window would cost the maximum). One batched check per
+    reference (overlap_fractions): per source it took ~0.3 ms, 0.9 s of a 300-view run's start."""
+    overlapping = set()
+    for ref, srcs in enumerate(sel.neighbors):
+        if not srcs:
+            continue
+        rv, svs = scene.views[ref], [scene.views[s] for s in srcs]
         lo, hi = sel.depth_ranges[ref]
-        R = sv.R @ rv.R.T
-        if overlap_fraction(rv.K, (rv.width, rv.height), sv.K, (sv.width, sv.height), R, sv.t - R @ rv.t,
-                            float(lo), float(hi)) > 0:
-            return True
-        log.warning("depth: source '%s' of '%s' does not overlap it in its depth range; dropped", sv.name, rv.name)
-        return False
-
-    return _filter_sources(sel, overlaps)
+        R = np.stack([sv.R for sv in svs]) @ rv.R.T                                   # [S, 3, 3]
+        t = np.stack([sv.t for sv in svs]) - R @ np.asarray(rv.t, dtype=np.float64)   # [S, 3]
+        fractions = overlap_fractions(rv.K, (rv.width, rv.height), np.stack([sv.K for sv in svs]),
+                                      [(sv.width, sv.height) for sv in svs], R, t, float(lo), float(hi))
+        for s, sv, fraction in zip(srcs, svs, fractions):
+            if fraction > 0:
+                overlapping.add((ref, s))
+            else:
+                log.warning("depth: source '%s' of '%s' does not overlap it in its depth range; dropped",
+                            sv.name, rv.name)
+    return _filter_sources(sel, lambda ref, s: (ref, s) in overlapping)
 
 
 def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:

@@ -30,17 +30,19 @@ import numpy as np
 
 from ..errors import MVSError
 from ..gpu.backend import resolve_backend
-from ..gpu.loader import import_cupy
+from ..gpu.loader import import_cupy, on_gpu, to_host
 from ..io.atomic import atomic_path
 from ..io.colmap_maps import read_depth_map
 from .depth_io import read_gt_depth
 from .depth_stats import (
     ABS_THRESHOLDS,
     HIST_EDGES,
+    HIST_FIELDS,
     N_BINS,
     PLOT_EDGES,
     REL_THRESHOLDS,
     MapStats,
+    device_map_stats,
     map_stats,
 )
 
@@ -102,18 +104,28 @@ class DepthAccumulator:
         self.add_stats(map_stats(np, pred, gt))
 
     def add_stats(self, st: MapStats) -> None:
+        """Add one map's statistics; its histograms may be CuPy arrays (device_map_stats): the
+        totals then stay on the device until result() or to_host()."""
         self.gt_pixels += st.gt_pixels
         self.evaluated += st.evaluated
         self.sum_abs += st.sum_abs
         self.sum_rel += st.sum_rel
         for k, c in st.counts.items():
             self.counts[k] += c
-        self.hist_abs += st.hist_abs
-        self.hist_rel += st.hist_rel
-        self.plot_abs += st.plot_abs
-        self.plot_rel += st.plot_rel
+        for name in HIST_FIELDS:
+            total, h = getattr(self, name), getattr(st, name)
+            if on_gpu(h) and not on_gpu(total):
+                total = import_cupy().asarray(total)
+            total += h
+            setattr(self, name, total)
+
+    def to_host(self) -> None:
+        """The histogram totals as NumPy arrays (one download each when they were added on the GPU)."""
+        for name in HIST_FIELDS:
+            setattr(self, name, np.asarray(to_host(getattr(self, name)), dtype=np.int64))
 
     def result(self) -> dict:
+        self.to_host()
         n, nan = self.evaluated, float("nan")
         out = {"gt_pixels": self.gt_pixels, "evaluated_pixels": n,
                "completeness": n / self.gt_pixels if self.gt_pixels else nan,
@@ -134,7 +146,9 @@ def error_image(pred: np.ndarray, gt: np.ndarray, rel_max: float = ERROR_IMAGE_R
     both = g & valid_depth(pred)
     rel = np.zeros(gt.shape, np.float64)
     rel[both] = np.abs(pred[both] - gt[both]) / gt[both]
-    rgb = (colormaps["viridis"](np.clip(rel / rel_max, 0, 1))[..., :3] * 255).astype(np.uint8)
+    # bytes=True: the colour table as uint8 (the same floor(255 c) per entry as scaling the float
+    # colours), looked up directly instead of through two [H, W, 4] float64 arrays (25 MB a 1 Mpx view)
+    rgb = colormaps["viridis"](np.clip(rel / rel_max, 0, 1), bytes=True)[..., :3]
     rgb[~g] = 40
     rgb[g & ~both] = 255
     return rgb
@@ -256,17 +270,24 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     images = {}
     skipped = []
     names = list(preds)
-    # Maps are read (and ETH3D raw GT resampled) READ_AHEAD views ahead in threads and error images
-    # written in others, while this thread runs the statistics on the device: one view after the
-    # other, 40 views of 3200x2130 took 2.3 s on the H100 machine (issue 21).
+    # Maps are read (and ETH3D raw GT resampled) READ_AHEAD views ahead in threads, which also upload
+    # them with CuPy, and error images written in others, while this thread runs the statistics on
+    # the device: one view after the other, 40 views of 3200x2130 took 2.3 s on the H100 machine
+    # (issue 21). The histograms are added up on the device and downloaded once (acc.to_host).
+    def read(i: int):
+        pair = _load_pair(run_dir, gt_dir, names[i], preds[names[i]], src_cams, dst_cams)
+        if pair is None or xp is np:
+            return pair, pair
+        return pair, (xp.asarray(pair[0]), xp.asarray(pair[1]))   # float32 as read: half the bytes of float64
+
     with ThreadPoolExecutor(max_workers=READ_THREADS) as readers, ThreadPoolExecutor(max_workers=2) as writers:
         def load(i: int):
-            return readers.submit(_load_pair, run_dir, gt_dir, names[i], preds[names[i]], src_cams, dst_cams)
+            return readers.submit(read, i)
 
         loading = [load(i) for i in range(min(READ_AHEAD, len(names)))]
         written = []
         for i, name in enumerate(names):
-            pair = loading[i].result()
+            pair, on_device = loading[i].result()
             if i + READ_AHEAD < len(names):
                 loading.append(load(i + READ_AHEAD))
             loading[i] = None  # the arrays go once used
@@ -274,7 +295,8 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
                 skipped.append(name)
                 continue
             pred, gt = pair
-            st = map_stats(xp, pred, gt)  # [H, W] maps; one pass, on the GPU with CuPy
+            st = device_map_stats(xp, *on_device)  # [H, W] maps; one pass, on the GPU with CuPy
+            del on_device
             images[name] = image_metrics(st)
             acc.add_stats(st)
             if error_image_dir is not None and (error_images == "all" or name in previewed):
@@ -288,6 +310,7 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
                        f"(looked for e.g. {_gt_candidates(gt_dir, next(iter(preds)))[0].name})")
     if skipped:
         log.warning("%d depth map(s) have no GT and were skipped: %s", len(skipped), ", ".join(skipped[:5]))
+    acc.to_host()
     return {"images": images, "overall": acc.result(), "skipped": skipped,
             "histograms": {"edges": PLOT_EDGES.tolist(), "abs": acc.plot_abs.tolist(), "rel": acc.plot_rel.tolist()}}
 

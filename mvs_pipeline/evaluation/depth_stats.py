@@ -8,7 +8,14 @@ Histograms have fixed log-spaced bins: a pixel's bin comes from one log, then on
 with the bin's edges either way corrects the log's rounding, so every bin is exactly
 np.histogram's [edge_k, edge_k+1) (values clipped into the edges' range; the last bin closed).
 The per-pixel binary search this replaces (np.searchsorted over 20 k edges) took most of the
-evaluation's time at full resolution.
+evaluation's time at full resolution. The coarse plot bins come from the fine ones (plot_bins):
+one look-up and one comparison instead of a second log-and-correct pass.
+
+The maps are compared in their own dtype (float32 as stored) and only the pixels valid in both
+are taken to float64: converting whole maps first cost two host-side conversions and twice the
+upload per view with CuPy (cupy.asarray(a, float64) converts on the host). With CuPy a view costs
+three waits for the GPU (the valid pixels' count, bincount's size check, the scalars' download);
+`device_map_stats` leaves the histograms on the device for evaluate_run_depths to add up there.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ def bin_index(xp, values, edges: np.ndarray, log_values=None):
     values clipped into [edges[0], edges[-1]] (so below -> first bin, above -> last bin).
     `log_values` (log of the values, any clipping) may be passed to share one log between edge sets."""
     nb = len(edges) - 1
-    e = xp.asarray(edges)
+    e = _on_device(xp, edges)
     if log_values is None:
         log_values = xp.log(xp.maximum(values, float(edges[0])))
     log_lo, log_step = math.log(edges[0]), math.log(edges[-1] / edges[0]) / nb
@@ -41,8 +48,24 @@ def bin_index(xp, values, edges: np.ndarray, log_values=None):
     del guess
     v = xp.clip(values, float(edges[0]), float(edges[-1]))
     idx -= v < e[idx]  # the log rounded up across an edge
-    idx += (v >= e[idx + 1]) & (idx < nb - 1)  # ... or down (the last bin keeps edges[-1])
+    idx += (v >= e[1:][idx]) & (idx < nb - 1)  # ... or down (the last bin keeps edges[-1])
     return idx
+
+
+_DEVICE_COPIES: dict = {}   # (id of a module constant, device) -> its CuPy copy
+
+
+def _on_device(xp, a: np.ndarray):
+    """`a` on xp's device. This module's constant tables are uploaded once per device (they were
+    uploaded per call, 166 KB each, several times per view); any other array every time."""
+    if xp is np:
+        return a
+    if not any(a is c for c in (HIST_EDGES, PLOT_EDGES, PLOT_BIN_OF_FINE_BIN)):
+        return xp.asarray(a)
+    key = (id(a), xp.cuda.runtime.getDevice())
+    if key not in _DEVICE_COPIES:
+        _DEVICE_COPIES[key] = xp.asarray(a)
+    return _DEVICE_COPIES[key]
 
 
 def histograms(xp, values, edge_sets) -> list[np.ndarray]:
@@ -79,27 +102,75 @@ class MapStats:
     plot_rel: np.ndarray
 
 
+# Per fine bin (HIST_EDGES), the plot bin (PLOT_EDGES) of its lower edge; see plot_bins.
+PLOT_BIN_OF_FINE_BIN = bin_index(np, HIST_EDGES[:-1], PLOT_EDGES)
+
+
+def plot_bins(xp, values, fine_idx):
+    """The PLOT_EDGES bin (as bin_index gives it) of values whose HIST_EDGES bin is `fine_idx`.
+
+    A fine bin [e_k, e_k+1) is narrower than a plot bin (ratio 1.001 < 10^0.05), so it lies in the
+    plot bin j of its lower edge or straddles the one plot edge P_j+1 above it: the value's plot bin
+    is j, or j + 1 where the value reaches P_j+1 (the last plot bin is closed). Both edge sets span
+    [1e-6, 1e3] (the fine one ends a hair above 1e3), so values clipped into the first or last
+    fine bin land in the first or last plot bin, as clipping them into PLOT_EDGES would put them."""
+    nb = len(PLOT_EDGES) - 1
+    j = _on_device(xp, PLOT_BIN_OF_FINE_BIN)[fine_idx]
+    j += (values >= _on_device(xp, PLOT_EDGES)[1:][j]) & (j < nb - 1)
+    return j
+
+
+# The four histograms of a map, end to end in one array (one bincount): fine abs, fine rel, plot abs, plot rel.
+_N_PLOT = len(PLOT_EDGES) - 1
+_HIST_SLICES = {"hist_abs": slice(0, N_BINS), "hist_rel": slice(N_BINS, 2 * N_BINS),
+                "plot_abs": slice(2 * N_BINS, 2 * N_BINS + _N_PLOT),
+                "plot_rel": slice(2 * N_BINS + _N_PLOT, 2 * N_BINS + 2 * _N_PLOT)}
+_N_ALL = 2 * N_BINS + 2 * _N_PLOT
+HIST_FIELDS = tuple(_HIST_SLICES)
+
+
 def map_stats(xp, pred, gt) -> MapStats:
     """Statistics of depth map `pred` [H, W] against `gt` [H, W] (same shape), both on xp's device.
 
     Valid depths are finite and > 0; errors are taken over pixels valid in both, in float64."""
-    pred = xp.asarray(pred, dtype=xp.float64)
-    gt = xp.asarray(gt, dtype=xp.float64)
+    st = device_map_stats(xp, pred, gt)
+    for name in HIST_FIELDS:
+        h = getattr(st, name)
+        setattr(st, name, np.asarray(h.get() if hasattr(h, "get") else h, dtype=np.int64))
+    return st
+
+
+def device_map_stats(xp, pred, gt) -> MapStats:
+    """map_stats with the four histograms left on xp's device (xp int64 arrays, views of one
+    array): evaluate_run_depths adds them up there and downloads the totals once."""
+    pred, gt = xp.asarray(pred), xp.asarray(gt)
     g = xp.isfinite(gt) & (gt > 0)
-    both = g & xp.isfinite(pred) & (pred > 0)
-    gb = gt[both]
-    abs_err = xp.abs(pred[both] - gb)  # [n]
+    both = xp.flatnonzero(g & xp.isfinite(pred) & (pred > 0))   # CuPy waits here for the count
+    n = int(both.shape[0])
+    gb = xp.take(gt, both).astype(xp.float64)
+    abs_err = xp.abs(xp.take(pred, both).astype(xp.float64) - gb)  # [n]
     rel_err = abs_err / gb
-    n = int(abs_err.shape[0])
+    del gb
+    parts = [g.sum(dtype=xp.float64), abs_err.sum(), rel_err.sum()]
+    parts += [(rel_err <= t).sum(dtype=xp.float64) for t in REL_THRESHOLDS.values()]
+    parts += [(abs_err <= t).sum(dtype=xp.float64) for t in ABS_THRESHOLDS.values()]
+    if n:
+        parts += [xp.median(abs_err), xp.median(rel_err)]
+        fine_abs, fine_rel = bin_index(xp, abs_err, HIST_EDGES), bin_index(xp, rel_err, HIST_EDGES)
+        offsets = [0, N_BINS, 2 * N_BINS, 2 * N_BINS + _N_PLOT]
+        every = xp.concatenate([fine_abs + offsets[0], fine_rel + offsets[1],
+                                plot_bins(xp, abs_err, fine_abs) + offsets[2],
+                                plot_bins(xp, rel_err, fine_rel) + offsets[3]])
+        hists = xp.bincount(every, minlength=_N_ALL).astype(xp.int64, copy=False)
+        del every, fine_abs, fine_rel
+    else:
+        hists = xp.zeros(_N_ALL, xp.int64)
+    values = xp.stack([xp.asarray(v, dtype=xp.float64) for v in parts])
+    values = values.get() if hasattr(values, "get") else values   # the one download of the scalars
     nan = float("nan")
-    counts = {k: int((rel_err <= t).sum()) for k, t in REL_THRESHOLDS.items()}
-    counts.update({k: int((abs_err <= t).sum()) for k, t in ABS_THRESHOLDS.items()})
-    hist_abs, plot_abs = histograms(xp, abs_err, (HIST_EDGES, PLOT_EDGES))
-    hist_rel, plot_rel = histograms(xp, rel_err, (HIST_EDGES, PLOT_EDGES))
+    keys = (*REL_THRESHOLDS, *ABS_THRESHOLDS)
     return MapStats(
-        gt_pixels=int(g.sum()), evaluated=n,
-        sum_abs=float(abs_err.sum()), sum_rel=float(rel_err.sum()),
-        median_abs=float(xp.median(abs_err)) if n else nan,
-        median_rel=float(xp.median(rel_err)) if n else nan,
-        counts=counts,
-        hist_abs=hist_abs, hist_rel=hist_rel, plot_abs=plot_abs, plot_rel=plot_rel)
+        gt_pixels=int(values[0]), evaluated=n, sum_abs=float(values[1]), sum_rel=float(values[2]),
+        median_abs=float(values[7]) if n else nan, median_rel=float(values[8]) if n else nan,
+        counts={k: int(values[3 + i]) for i, k in enumerate(keys)},
+        **{name: hists[sl] for name, sl in _HIST_SLICES.items()})

@@ -28,9 +28,9 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..errors import MVSError
+from ..io import yaml_text
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import read_cloud_preview
 from ..io.colmap_maps import cost_preview, depth_map_stats, depth_preview, normal_preview, read_colmap_array
@@ -161,7 +161,7 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
     cfg_path = run_dir / "config.resolved.yaml"
     if cfg_path.is_file():
         text = cfg_path.read_text()
-        report["config"] = yaml.safe_load(text)
+        report["config"] = yaml_text.safe_load(text)
         # the `auto` keys' values and reasons: the header comments pipeline.py writes (config/auto.py)
         chosen = "".join(f"<li>{esc(ln[len('# auto: '):])}</li>" for ln in text.splitlines() if ln.startswith("# auto: "))
         chosen = f"<p>chosen by <code>auto</code>:</p><ul>{chosen}</ul>" if chosen else ""

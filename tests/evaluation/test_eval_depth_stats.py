@@ -7,8 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mvs_pipeline.evaluation.depth_metrics import depth_errors
-from mvs_pipeline.evaluation.depth_stats import HIST_EDGES, HIST_MIN, N_BINS, PLOT_EDGES, histogram, map_stats
+from mvs_pipeline.evaluation.depth_metrics import depth_errors, evaluate_run_depths
+from mvs_pipeline.evaluation.depth_stats import (
+    HIST_EDGES,
+    HIST_MIN,
+    N_BINS,
+    PLOT_EDGES,
+    bin_index,
+    histogram,
+    map_stats,
+    plot_bins,
+)
+from mvs_pipeline.io.colmap_maps import write_colmap_array
 
 
 def old_hist(values):
@@ -38,6 +48,16 @@ def test_histograms_equal_np_histogram_exactly(seed):
     assert histogram(np, np.zeros(0), PLOT_EDGES).tolist() == [0] * (len(PLOT_EDGES) - 1)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_plot_bins_from_fine_bins_equal_np_histogram(seed):
+    """The coarse bins derived from the fine ones: every value's bin as np.histogram gives it."""
+    v = tricky_values(seed)
+    got = plot_bins(np, v, bin_index(np, v, HIST_EDGES))
+    np.testing.assert_array_equal(got, bin_index(np, v, PLOT_EDGES))
+    ref = np.histogram(np.clip(v, PLOT_EDGES[0], PLOT_EDGES[-1]), bins=PLOT_EDGES)[0]
+    np.testing.assert_array_equal(np.bincount(got, minlength=len(PLOT_EDGES) - 1), ref)
+
+
 def random_maps(seed: int, shape=(123, 157)):
     """A GT map with holes (inf, nan, 0, negative) and an estimate with its own holes."""
     rng = np.random.default_rng(seed)
@@ -61,6 +81,16 @@ def test_map_stats_against_plain_numpy():
     assert st.sum_abs == e.sum() and st.median_rel == np.median(e / g[ok])
     assert st.counts["within_2pct"] == ((e / g[ok]) <= 0.02).sum() > 0
     np.testing.assert_array_equal(st.hist_rel, old_hist(e / g[ok]))
+    np.testing.assert_array_equal(st.hist_abs, old_hist(e))
+    for got, values in ((st.plot_abs, e), (st.plot_rel, e / g[ok])):
+        np.testing.assert_array_equal(got, np.histogram(np.clip(values, PLOT_EDGES[0], PLOT_EDGES[-1]), PLOT_EDGES)[0])
+    assert st.median_abs == np.median(e) and st.sum_rel == (e / g[ok]).sum()
+    assert st.counts == {"within_1pct": ((e / g[ok]) <= 0.01).sum(), "within_2pct": ((e / g[ok]) <= 0.02).sum(),
+                         "within_2cm": (e <= 0.02).sum(), "within_10cm": (e <= 0.1).sum()}
+    # float64 maps give the same numbers as the float32 ones they hold
+    st64 = map_stats(np, pred.astype(np.float64), gt.astype(np.float64))
+    for k in ("gt_pixels", "evaluated", "sum_abs", "sum_rel", "median_abs", "median_rel", "counts"):
+        assert getattr(st64, k) == getattr(st, k), k
     m = depth_errors(pred, gt)
     assert m["mean_abs_error"] == e.mean() and m["within_10cm"] == (e <= 0.1).mean()
 
@@ -80,3 +110,24 @@ def test_cuda_map_stats_equal_cpu(cupy, seed):
         assert getattr(b, k) == pytest.approx(getattr(a, k), rel=1e-12), k
     empty = map_stats(cupy, cupy.zeros((4, 5), cupy.float32), cupy.ones((4, 5), cupy.float32))
     assert empty.evaluated == 0 and np.isnan(empty.median_abs) and empty.hist_abs.sum() == 0
+
+
+@pytest.mark.gpu
+def test_cuda_run_depths_equal_cpu(cupy, tmp_path):
+    """evaluate_run_depths on the GPU (maps uploaded in the reader threads, histograms added up on
+    the device) against the NumPy path: per-view numbers and pooled histograms."""
+    run, gt_dir = tmp_path / "run", tmp_path / "gt"
+    (run / "stereo" / "depth_maps").mkdir(parents=True)
+    gt_dir.mkdir()
+    for k in range(5):
+        pred, gt = random_maps(10 + k, (240, 320))
+        np.save(gt_dir / f"v{k}.npy", gt)
+        write_colmap_array(run / "stereo" / "depth_maps" / f"v{k}.png.geometric.bin", pred)
+    a = evaluate_run_depths(run, gt_dir, backend="cpu")
+    b = evaluate_run_depths(run, gt_dir, backend="cuda")
+    assert a["histograms"] == b["histograms"]
+    for name, m in a["images"].items():
+        for key, value in m.items():
+            assert b["images"][name][key] == pytest.approx(value, rel=1e-12, nan_ok=True), (name, key)
+    for key, value in a["overall"].items():
+        assert b["overall"][key] == pytest.approx(value, rel=1e-12, nan_ok=True), key

@@ -132,9 +132,39 @@ def _check_K(K, what: str) -> np.ndarray:
     K = np.asarray(K, dtype=np.float64)
     if K.shape != (3, 3):
         raise MVSError(f"{what}: expected [3, 3], got {K.shape}")
-    if not np.isfinite(K).all() or K[0, 0] <= 0 or K[1, 1] <= 0 or K[2, 2] != 1 or K[1, 0] or K[2, 0] or K[2, 1]:
-        raise MVSError(f"{what}: not a pinhole calibration matrix [[fx, s, cx], [0, fy, cy], [0, 0, 1]]: {K.tolist()}")
+    _raise_first_bad_K(K[None], lambda i: what)
     return K
+
+
+def _raise_first_bad_K(K: np.ndarray, what) -> None:
+    """K [S, 3, 3]: raise for the first that is not a pinhole calibration matrix (what(i) names it).
+    All S at once: per matrix, these NumPy calls cost ~20 us each, for every source of every call."""
+    with np.errstate(invalid="ignore"):
+        bad = (~np.isfinite(K).all(axis=(1, 2)) | (K[:, 0, 0] <= 0) | (K[:, 1, 1] <= 0) | (K[:, 2, 2] != 1)
+               | (K[:, 1, 0] != 0) | (K[:, 2, 0] != 0) | (K[:, 2, 1] != 0))
+    for i in np.flatnonzero(bad)[:1]:
+        raise MVSError(f"{what(i)}: not a pinhole calibration matrix [[fx, s, cx], [0, fy, cy], [0, 0, 1]]: "
+                       f"{K[i].tolist()}")
+
+
+def _raise_first_bad_pose(R: np.ndarray, t: np.ndarray, name: str) -> None:
+    """R [S, 3, 3], t [S, 3]: raise for the first source whose rotation, translation or baseline is
+    bad, in the order a per-source loop would find them. np.allclose(R R^T, I, atol=1e-4) is
+    |R R^T - I| <= 1e-4 + 1e-5 |I| elementwise; the determinant is taken of finite matrices only."""
+    eye = np.eye(3)
+    finite = np.isfinite(R).all(axis=(1, 2))
+    Rf = np.where(finite[:, None, None], R, eye)
+    orthonormal = (np.abs(Rf @ Rf.transpose(0, 2, 1) - eye) <= 1e-4 + 1e-5 * eye).all(axis=(1, 2))
+    rotation = finite & orthonormal & (np.linalg.det(Rf) >= 0)
+    t_finite = np.isfinite(t).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        zero = np.linalg.norm(t, axis=1) == 0
+    for i in np.flatnonzero(~rotation | ~t_finite | zero)[:1]:
+        if not rotation[i]:
+            raise MVSError(f"{name}: R_src_from_ref[{i}] is not a rotation matrix")
+        if not t_finite[i]:
+            raise MVSError(f"{name}: t_src_from_ref[{i}] is not finite")
+        raise MVSError(f"{name}: source {i} has the same centre as the reference (zero baseline)")
 
 
 def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_max, grid=9, depths=5) -> float:
@@ -145,7 +175,10 @@ def overlap_fraction(K_ref, size_ref, K_src, size_src, R, t, depth_min, depth_ma
 
 def overlap_fractions(K_ref, size_ref, K_src, sizes_src, R, t, depth_min, depth_max, grid=9, depths=5) -> np.ndarray:
     """overlap_fraction for S sources at once (K_src, R [S, 3, 3], t [S, 3], sizes_src S (w, h)):
-    one NumPy pass instead of S, as validate_problem runs it for every source of every call."""
+    one NumPy pass instead of S, as validate_problem runs it for every source of every call.
+    One 2-D matrix product over all sources ([3 S, 3] x [3, D*G], BLAS), not einsum or stacked
+    matmul (~0.1-0.7 ms a call on these shapes): this runs for every (pass, view) and for every
+    reference's sources as the depth stage starts (session 21 profile)."""
     w, h = size_ref
     xs = (np.arange(grid) + 0.5) / grid * w
     ys = (np.arange(grid) + 0.5) / grid * h
@@ -153,11 +186,14 @@ def overlap_fractions(K_ref, size_ref, K_src, sizes_src, R, t, depth_min, depth_
     rays = np.linalg.solve(K_ref, np.c_[px, np.ones(len(px))].T).T               # [G, 3] z = 1
     ds = np.geomspace(depth_min, depth_max, depths)
     X = (rays[None] * ds[:, None, None]).reshape(-1, 3)                          # [D*G, 3]
-    Xs = np.einsum("sij,pj->spi", R, X) + np.asarray(t)[:, None, :]              # [S, D*G, 3]
-    z = Xs[..., 2]
-    proj = np.einsum("sij,spj->spi", K_src, Xs)
+    R, t = np.asarray(R, dtype=np.float64), np.asarray(t, dtype=np.float64)
+    S = len(R)
+    z = R[:, 2] @ X.T + t[:, 2:]                                                 # [S, D*G] source depth
+    K_src = np.asarray(K_src, dtype=np.float64)
+    M, e = K_src @ R, (K_src @ t[..., None])[..., 0]                             # K_src (R X + t) = M X + e
+    proj = (M.reshape(-1, 3) @ X.T).reshape(S, 3, -1) + e[..., None]             # [S, 3, D*G]
     with np.errstate(divide="ignore", invalid="ignore"):
-        u, v = proj[..., 0] / proj[..., 2], proj[..., 1] / proj[..., 2]
+        u, v = proj[:, 0] / proj[:, 2], proj[:, 1] / proj[:, 2]
     sizes = np.asarray(sizes_src, dtype=np.float64).reshape(-1, 2)
     ws, hs = sizes[:, :1], sizes[:, 1:]
     inside = (z > 0) & (u >= 0) & (u <= ws) & (v >= 0) & (v <= hs)
@@ -225,22 +261,14 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
     K_src = np.asarray(problem.K_src, dtype=np.float64)
     if K_src.shape != (S, 3, 3):
         raise MVSError(f"{name}: K_src has shape {K_src.shape}, expected ({S}, 3, 3) for {S} sources")
-    for i in range(S):
-        _check_K(K_src[i], f"{name}: K_src[{i}]")
+    _raise_first_bad_K(K_src, lambda i: f"{name}: K_src[{i}]")
     R = np.asarray(problem.R_src_from_ref, dtype=np.float64)
     t = np.asarray(problem.t_src_from_ref, dtype=np.float64)
     if R.shape != (S, 3, 3):
         raise MVSError(f"{name}: R_src_from_ref has shape {R.shape}, expected ({S}, 3, 3)")
     if t.shape != (S, 3):
         raise MVSError(f"{name}: t_src_from_ref has shape {t.shape}, expected ({S}, 3)")
-    for i in range(S):
-        if not np.isfinite(R[i]).all() or not np.allclose(R[i] @ R[i].T, np.eye(3), atol=1e-4) \
-                or np.linalg.det(R[i]) < 0:
-            raise MVSError(f"{name}: R_src_from_ref[{i}] is not a rotation matrix")
-        if not np.isfinite(t[i]).all():
-            raise MVSError(f"{name}: t_src_from_ref[{i}] is not finite")
-        if np.linalg.norm(t[i]) == 0:
-            raise MVSError(f"{name}: source {i} has the same centre as the reference (zero baseline)")
+    _raise_first_bad_pose(R, t, name)
 
     dmin, dmax = float(problem.depth_min), float(problem.depth_max)
     if not (np.isfinite(dmin) and np.isfinite(dmax)) or dmin <= 0 or dmax <= dmin:
@@ -259,11 +287,14 @@ def validate_problem(problem: PatchMatchProblem) -> PatchMatchProblem:
                 raise MVSError(f"{name}: src_images[{i}] is {img.shape[1]}x{img.shape[0]} but its camera is "
                                f"{size[0]}x{size[1]}")
     # Without camera sizes, a principal point far outside the image still betrays a mismatch.
-    for what, K, (h, w) in [("ref_image", K_ref, ref.shape)] + [
-            (f"src_images[{i}]", K_src[i], s.shape) for i, s in enumerate(srcs)]:
-        if not (0 <= K[0, 2] <= w and 0 <= K[1, 2] <= h):
-            raise MVSError(f"{name}: {what} is {w}x{h} but its principal point ({K[0, 2]:.1f}, {K[1, 2]:.1f}) "
-                           f"lies outside it: image and camera sizes do not match")
+    Ks = np.concatenate([K_ref[None], K_src])                                  # [1 + S, 3, 3]
+    hw = np.array([ref.shape] + [s.shape for s in srcs], dtype=np.float64)      # [1 + S, 2]
+    inside = (0 <= Ks[:, 0, 2]) & (Ks[:, 0, 2] <= hw[:, 1]) & (0 <= Ks[:, 1, 2]) & (Ks[:, 1, 2] <= hw[:, 0])
+    for j in np.flatnonzero(~inside)[:1]:
+        what = "ref_image" if j == 0 else f"src_images[{j - 1}]"
+        (h, w), K = hw[j].astype(int), Ks[j]
+        raise MVSError(f"{name}: {what} is {w}x{h} but its principal point ({K[0, 2]:.1f}, {K[1, 2]:.1f}) "
+                       f"lies outside it: image and camera sizes do not match")
 
     fractions = overlap_fractions(K_ref, (W, H), K_src, [(s.shape[1], s.shape[0]) for s in srcs], R, t, dmin, dmax)
     for i, frac in enumerate(fractions):
