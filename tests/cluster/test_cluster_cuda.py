@@ -15,7 +15,9 @@ from mvs_pipeline.cli import main  # noqa: E402
 from .test_cluster_depth import maps, point_set  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-GPU_FAST = ["-c", "small", "--set", "backend=cuda", "--set", "depth.geometric_passes=1"]
+# every pass's maps are kept (depth.keep_pass_maps) so that each pass is compared, not only the last
+GPU_FAST = ["-c", "small", "--set", "backend=cuda", "--set", "depth.geometric_passes=1",
+            "--set", "depth.keep_pass_maps=true"]
 STAGES = ["--stages", "load,views,depth,fusion"]
 
 

@@ -105,11 +105,11 @@ def test_maps_read_back_from_files_give_the_same_maps(synth_scene_factory, tmp_p
     assert main(["-q", "run", str(scene), "-o", str(kept), "--stages", "load,views,depth", *_fast(backend)]) == 0
     misses = []
 
-    def no_room(max_bytes=0, before_disk_read=None):
+    def no_room(max_bytes=0, before_disk_read=None, to_device=None):
         def flush_and_count(path):
             misses.append(1)
             before_disk_read(path)
-        return depth_caches.MapCache(0, flush_and_count)
+        return depth_caches.MapCache(0, flush_and_count, to_device=to_device)
 
     monkeypatch.setattr(depth_stage, "MapCache", no_room)
     assert main(["-q", "run", str(scene), "-o", str(reread), "--stages", "load,views,depth", *_fast(backend)]) == 0
