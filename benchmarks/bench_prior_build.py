@@ -3,10 +3,10 @@
 its true depth (0.2 % noise) and random costs in 0-0.3 (a third reliable) stand in for a
 photometric pass, the next views' true depths for the sources' maps.
 
-    python benchmarks/bench_prior_build.py SCENE [--view 0] [--sources 7] [--repeat 5] [--backend cpu|cuda]
+    python benchmarks/bench_prior_build.py [SCENE] [--view 0] [--sources 7] [--repeat 5] [--backend cpu|cuda]
 
-SCENE is made by `mvs-pipeline synth` (e.g. --scene courtyard --width 800 --height 600, the size of
-the one-scale courtyard's planar pass and of DTU's coarse scale). Prints the best of --repeat, in
+SCENE is made by `mvs-pipeline synth`; without it an 8-view 800x600 courtyard (seed 103) is made
+under --work: the size of the one-scale courtyard's planar pass and of DTU's coarse scale. Prints the best of --repeat, in
 seconds, for: support points (the per-cell kernel or twin, and the picks' download), the
 triangulation and the triangles' planes (host), owners + fill (kernel or twin), the whole
 build_planar_prior, and with --scipy scipy's Delaunay of the same points (what the build used
@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mvs_pipeline.depth.planar_prior import PriorSettings, SourceMaps, build_planar_prior, support_points  # noqa: E402
 from mvs_pipeline.depth.planar_prior.triangles import triangle_planes, triangulate  # noqa: E402
+from mvs_pipeline.gpu.backend import resolve_backend  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.synth.oracle import gt_depth  # noqa: E402
 
@@ -43,14 +44,23 @@ def best_of(repeat: int, fn, sync):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scene", type=Path, help="a scene made by `mvs-pipeline synth`")
+    ap.add_argument("scene", type=Path, nargs="?", default=None,
+                    help="a scene made by `mvs-pipeline synth` (default: a courtyard made under --work)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench_prior_build"))
     ap.add_argument("--view", type=int, default=0)
     ap.add_argument("--sources", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--scipy", action="store_true", help="also time scipy's Delaunay of the support points")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
+    args.backend = resolve_backend(args.backend)
+    if args.scene is None:
+        args.scene = args.work / "courtyard_v8_800x600_s103"
+        if not (args.scene / "sparse").exists():
+            from mvs_pipeline.synth import generate_scene  # noqa: PLC0415
+
+            generate_scene("courtyard", args.scene, views=8, width=800, height=600, seed=103, scans=False)
 
     scene = read_scene(args.scene / "images", args.scene / "sparse" / "0")
     gt_dir = args.scene / "gt" / "depth"
