@@ -70,8 +70,11 @@ def scores(out: Path, scene: Path, suffix: str, low_std: float) -> dict:
 
 
 def run(scene: Path, out: Path, backend: str, planar: bool, extra: list[str]) -> float:
+    # keep_pass_maps: the finest photometric maps stay beside the geometric ones (since 37f190a the
+    # stage removes them once the geometric passes no longer need them)
     args = ["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", "--overwrite",
-            "--set", f"backend={backend}", "--set", f"depth.planar_prior={'true' if planar else 'false'}"]
+            "--set", f"backend={backend}", "--set", f"depth.planar_prior={'true' if planar else 'false'}",
+            "--set", "depth.keep_pass_maps=true"]
     for s in extra:
         args += ["--set", s]
     t0 = time.perf_counter()

@@ -37,6 +37,7 @@ def preset_windows() -> set[tuple[int, int]]:
 def all_variants() -> list[tuple[str, tuple[str, ...]]]:
     """Every (cuda file, options) variant the pipeline launches with the presets' settings."""
     from ..depth.patchmatch import cuda as patchmatch  # noqa: PLC0415 (launcher modules import no CuPy)
+    from ..depth.planar_prior import cuda as planar_prior  # noqa: PLC0415
     from ..depth.scale_ops import cuda as scale_ops  # noqa: PLC0415
     from ..evaluation import cuda as evaluation  # noqa: PLC0415
     from ..fusion import cuda as fusion  # noqa: PLC0415
@@ -47,7 +48,7 @@ def all_variants() -> list[tuple[str, tuple[str, ...]]]:
     from ..sampling.points.voxel_pool import cuda as voxel_pool  # noqa: PLC0415
 
     variants = patchmatch.kernel_variants(preset_windows())
-    for module in (scale_ops, fusion, mesh, fps, fps_batched, three_nn, voxel_pool, evaluation):
+    for module in (scale_ops, planar_prior, fusion, mesh, fps, fps_batched, three_nn, voxel_pool, evaluation):
         variants += module.kernel_variants()
     return sorted(set(variants))
 

@@ -93,7 +93,7 @@ class DepthConfig:
     planar_prior: bool = field(default=False, metadata=meta(
         "ACMP planar prior: after the coarsest scale's photometric pass, a second photometric pass whose "
         "hypotheses pay patchmatch.planar_prior_weight for leaving planes triangulated from reliable pixels "
-        "(planar_prior.py); off: on the CPU room it gained 3 pp at one scale, < 1 pp with the pyramid "
+        "(planar_prior/); off: on the CPU room it gained 3 pp at one scale, < 1 pp with the pyramid "
         "(BENCHMARKS.md, Planar prior), for one more photometric pass"))
     planar_prior_max_cost: float = field(default=0.1, metadata=meta(
         "planar prior: a pixel is reliable (support point, and left without prior) below this cost (ACMP 0.1)",

@@ -5,7 +5,7 @@ passes; at every finer scale the photometric pass starts from the coarser scale'
 (joint bilateral upsampling + detail restorer), again followed by geometric passes. With
 depth.planar_prior (ACMP/ACMMP), the coarsest scale's photometric pass is followed by a planar
 pass: photometric again, starting from its maps, with the planar prior built from them
-(planar_prior.py); the geometric passes then continue from the planar pass. Every pass
+(planar_prior/); the geometric passes then continue from the planar pass. Every pass
 finishes for all views before the next starts, because a geometric pass reads the sources'
 maps of the pass before it.
 

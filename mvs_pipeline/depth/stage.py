@@ -5,7 +5,7 @@ For each pass of `passes.plan_passes` (coarsest scale first) and each view with 
     photometric pass, finer scale      start from the coarser scale's last maps upsampled by
                                        joint bilateral upsampling; detail restorer
     planar pass (depth.planar_prior)   start from the photometric pass's maps, the planar prior
-                                       (planar_prior.py) replacing unreliable pixels' planes
+                                       (planar_prior/) replacing unreliable pixels' planes
                                        and adding its penalty to the cost
     geometric pass                     start from this view's previous pass; the sources' depth
                                        maps of the previous pass add the reprojection term
@@ -36,14 +36,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..gpu.loader import to_host
 from ..gpu.memory_budget import usable_bytes
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
-from .planar_prior import PriorSettings, SourceMaps, build_planar_prior
+from .planar_prior import PriorSettings, SourceMaps, build_planar_prior, start_maps
 from .patchmatch import PatchMatchProblem, run_patchmatch
 from .patchmatch.problem import overlap_fractions
 from .scale_ops.ops import jbu_upsample, postfilter_depth
@@ -91,7 +90,7 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
     prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
     prev_normal = maps.normal(previous.map_path("normal", name), prev_size[::-1], what)
     if pss.planar:
-        _planar_inputs(cfg, scene, sel, ref, previous, maps, problem, prev_depth, prev_normal, prof)
+        _planar_inputs(cfg, scene, sel, ref, previous, maps, problem, prev_depth, prev_normal, backend, prof)
         return None
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
@@ -113,33 +112,31 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
 
 
 def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: DepthPass, maps: MapCache,
-                   problem: PatchMatchProblem, prev_depth, prev_normal, prof: "Profile") -> None:
+                   problem: PatchMatchProblem, prev_depth, prev_normal, backend: str, prof: "Profile") -> None:
     """The planar pass's problem: the planar prior from the previous (photometric) pass's maps of
     this view, checked against its sources' maps of that pass; the pass starts from the previous
-    maps with the prior's plane wherever there is a prior (ACMP's re-initialisation). Built on the
-    host for both backends, so the prior does not depend on the backend."""
+    maps with the prior's plane wherever there is a prior (ACMP's re-initialisation). Built where
+    the maps are (planar_prior/: the per-pixel steps as kernels on the GPU, only the support
+    points and triangles cross to the host and back), the same prior on both backends."""
     d = cfg.depth
     size = view_size(scene, ref, previous.scale)[::-1]
     name = scene.views[ref].name
-    cost = to_host(maps.cost(previous.map_path("cost", name), size, f"image '{name}' ({previous.id})"))
-    depth, normal = to_host(prev_depth), to_host(prev_normal)
+    cost = maps.cost(previous.map_path("cost", name), size, f"image '{name}' ({previous.id})")
     sources = []
     if d.planar_prior_min_consistent > 0:
         for k, s in enumerate(sel.neighbors[ref]):
             sname = scene.views[s].name
             sd = maps.depth(previous.map_path("depth", sname), view_size(scene, s, previous.scale)[::-1],
                             f"source image '{sname}' ({previous.id})")
-            sources.append(SourceMaps(to_host(sd), problem.K_src[k], problem.R_src_from_ref[k],
-                                      problem.t_src_from_ref[k]))
+            sources.append(SourceMaps(sd, problem.K_src[k], problem.R_src_from_ref[k], problem.t_src_from_ref[k]))
     prof.stop("read_maps")
     settings = PriorSettings(max_cost=d.planar_prior_max_cost, grid=d.planar_prior_grid,
                              max_edge=d.planar_prior_max_edge, min_consistent=d.planar_prior_min_consistent,
                              max_reproj_error=d.planar_prior_max_reproj_error)
-    prior, stats = build_planar_prior(depth, normal, cost, problem.K_ref, settings, sources)
-    log.debug("depth: planar prior of '%s': %s", name, stats)
-    has = prior[..., 3] > 0
-    problem.init_depth = np.where(has, prior[..., 3], depth).astype(np.float32)
-    problem.init_normal = np.where(has[..., None], prior[..., :3], normal).astype(np.float32)
+    prior, stats = build_planar_prior(prev_depth, cost, problem.K_ref, settings, sources, backend=backend,
+                                      keep_on_device=backend == "cuda")
+    log.debug("depth: planar prior of '%s': %s", name, stats)   # prior_pixels waits for the GPU, with -v only
+    problem.init_depth, problem.init_normal = start_maps(prior, prev_depth, prev_normal)
     problem.planar_prior = prior
     prof.stop("planar_prior")
 
