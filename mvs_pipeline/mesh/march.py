@@ -1,0 +1,107 @@
+"""The zero level of the fused field over the allocated blocks: marching cubes on the blocks
+themselves (kernel cuda/mesh_cubes.cu or its twin in cpu.py), no dense grid.
+
+A batch lists its owned blocks first, then its halo: the allocated blocks just above them (offsets
+0/1 per axis), whose voxels close the owned blocks' upper cubes. The kernel classifies every cube
+(meshed when all eight corners are observed), numbers the edges with a vertex and the triangles by
+prefix sums (array code here), then writes faces and vertex positions. A grid edge belongs to its
+lower voxel; the copies two batches make of the vertices on their shared halo are merged
+(`merge_parts`), exactly.
+
+Everything but the two kernels is array code on NumPy or CuPy alike (`xp`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import BLOCK, BLOCK_VOXELS
+
+_OFFSETS = np.array([((o >> 2) & 1, (o >> 1) & 1, o & 1) for o in range(8)], np.int64)
+
+
+def block_codes(xp, blocks, base: int):
+    b = blocks.astype(xp.int64)
+    return (b[:, 0] * base + b[:, 1]) * base + b[:, 2]
+
+
+def halo_blocks(xp, all_blocks, owned_rows, base: int):
+    """Rows of `all_blocks` (sorted by code, [A, 3]) at offsets (0|1, 0|1, 0|1) from the owned rows
+    (a contiguous range of rows, all_blocks[owned_rows]) that are not owned themselves."""
+    codes = block_codes(xp, all_blocks, base)
+    owned = all_blocks[owned_rows].astype(xp.int64)
+    found = []
+    for off in _OFFSETS[1:]:
+        want = block_codes(xp, owned + xp.asarray(off)[None, :], base)
+        at = xp.minimum(xp.searchsorted(codes, want), len(codes) - 1)
+        found.append(at[codes[at] == want])
+    rows = xp.unique(xp.concatenate(found))
+    return rows[(rows < owned_rows.start) | (rows >= owned_rows.stop)]
+
+
+def neighbour_table(xp, blocks, base: int):
+    """[B, 8] int32: the row of blocks[n] + offset o (o = 4 dx + 2 dy + dz) in `blocks`, -1 if absent."""
+    codes = block_codes(xp, blocks, base)
+    order = xp.argsort(codes)
+    sorted_codes = codes[order]
+    out = xp.empty((len(blocks), 8), xp.int32)
+    for o, off in enumerate(_OFFSETS):
+        want = block_codes(xp, blocks.astype(xp.int64) + xp.asarray(off)[None, :], base)
+        at = xp.minimum(xp.searchsorted(sorted_codes, want), len(codes) - 1)
+        out[:, o] = xp.where(sorted_codes[at] == want, order[at], -1).astype(xp.int32)
+    return out
+
+
+def march_batch(xp, kernels, field, blocks, num_owned: int, base: int):
+    """Marching cubes of one batch: field [B * BLOCK^3] float32 (NaN unobserved), blocks [B, 3] (the
+    owned rows first); kernels: the backend's module (cuda.py or cpu.py). Returns xp arrays:
+    (vertices in voxel units of the grid [V, 3] float64, nearest batch voxel [V] int64, faces [T, 3]
+    int64 of batch vertex numbers), or None."""
+    n = len(blocks) * BLOCK_VOXELS
+    nbr = neighbour_table(xp, blocks, base)
+    cases = xp.empty(n, xp.uint8)
+    ntri = xp.empty(n, xp.int32)
+    edges = xp.empty(n, xp.uint8)
+    kernels.cubes_classify(field, nbr, num_owned, cases, ntri, edges)
+    flags = ((edges[:, None] >> xp.arange(3, dtype=xp.uint8)[None, :]) & 1).reshape(-1).astype(xp.int32)
+    vid = xp.cumsum(flags, dtype=xp.int64) - 1
+    num_verts = int(vid[-1]) + 1 if n else 0
+    vid = xp.where(flags > 0, vid, -1).astype(xp.int32)
+    tri_end = xp.cumsum(ntri, dtype=xp.int64)
+    num_tris = int(tri_end[-1]) if n else 0
+    if num_tris == 0:
+        return None
+    faces = xp.empty((num_tris, 3), xp.int32)
+    vert_t = xp.empty(num_verts, xp.float32)
+    vert_voxel = xp.empty(num_verts, xp.int64)
+    kernels.cubes_emit(field, nbr, cases, tri_end - ntri, vid, faces, vert_t, vert_voxel)
+    edge = xp.flatnonzero(flags)            # vertex v lies on edge edge[v] = 3 * batch voxel + axis
+    voxel, axis = edge // 3, edge % 3
+    row, local = voxel // BLOCK_VOXELS, voxel % BLOCK_VOXELS
+    g = blocks[row].astype(xp.int64) * BLOCK + xp.stack(
+        [local // (BLOCK * BLOCK), (local // BLOCK) % BLOCK, local % BLOCK], axis=1)
+    pos = g.astype(xp.float64)
+    pos[xp.arange(len(pos)), axis] += vert_t.astype(xp.float64)
+    # the table winds its triangles facing the corners below zero; the mesh faces the free space
+    return pos, vert_voxel, faces[:, ::-1].astype(xp.int64)
+
+
+def merge_parts(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
+    """One mesh from the batches' (position in voxels, colour, faces) on the host: vertices whose
+    positions are equal in float32 merged (the copies two batches make of a halo vertex come from the
+    same voxels through the same arithmetic, so they are equal bit for bit; and a voxel whose field is
+    0, or within float32 rounding of it, puts the vertices of all its crossing edges there, as
+    scikit-image merges them), faces whose corners coincide dropped, vertices no face uses dropped.
+    Returns (positions, faces, colours)."""
+    pos = np.concatenate([p[0] for p in parts])
+    col = np.concatenate([p[1] for p in parts])
+    starts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+    faces = np.concatenate([p[2] + s for p, s in zip(parts, starts)])
+    _, first, inverse = np.unique(pos.astype(np.float32), axis=0, return_index=True, return_inverse=True)
+    faces = inverse.reshape(-1)[faces]
+    pos, col = pos[first], col[first]
+    faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
+    used = np.unique(faces)
+    remap = np.full(len(pos), -1, np.int64)
+    remap[used] = np.arange(len(used))
+    return pos[used], remap[faces], col[used]
