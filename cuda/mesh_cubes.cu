@@ -70,6 +70,14 @@ extern "C" __global__ void cubes_classify(
     ntri[t] = tri_count[cs];
 }
 
+// the vertex number of voxel v's +a edge (which must carry one): the voxel's first vertex, then one per
+// lower axis whose edge carries one
+__device__ __forceinline__ long long cubes_vertex(const long long* __restrict__ vert_first,
+                                                  const unsigned char* __restrict__ edges, long long v, int a)
+{
+    return vert_first[v] + __popc(edges[v] & ((1u << a) - 1u));
+}
+
 extern "C" __global__ void cubes_emit(
     const float* __restrict__ field,        // [B * B3]
     const int* __restrict__ nbr,            // [B, 8]
@@ -78,9 +86,11 @@ extern "C" __global__ void cubes_emit(
     const signed char* __restrict__ tri_table,   // [256, 16] (mc_tables.TRI_TABLE)
     const signed char* __restrict__ edge_owner,  // [12, 4] (dx, dy, dz, axis)
     const unsigned char* __restrict__ cases,     // [B * B3] from cubes_classify
-    const long long* __restrict__ tri_first,     // [B * B3] first triangle of the cube (exclusive prefix sum of ntri)
-    const int* __restrict__ vid,                 // [B * B3 * 3] vertex of the voxel's +a edge, -1 none
-    int* __restrict__ faces,                     // [T, 3] out
+    const unsigned char* __restrict__ edges,     // [B * B3] from cubes_classify
+    const long long* __restrict__ tri_first,     // [B * B3] first triangle of the voxel's cube (exclusive prefix sum of ntri)
+    const long long* __restrict__ vert_first,    // [B * B3] first vertex of the voxel's edges (exclusive prefix sum of their count)
+    long long* __restrict__ faces,               // [T, 3] out: vertex numbers
+    long long* __restrict__ vert_edge,           // [V] out: 3 * voxel + axis of the vertex's edge
     float* __restrict__ vert_t,                  // [V] out: the vertex's place on its edge, 0 .. 1 from the lower end
     long long* __restrict__ vert_voxel)          // [V] out: the batch voxel nearest the vertex (its colour)
 {
@@ -90,15 +100,17 @@ extern "C" __global__ void cubes_emit(
     const int local = (int)(t % B3);
     const int i = local / (TSDF_BLOCK * TSDF_BLOCK), j = (local / TSDF_BLOCK) % TSDF_BLOCK, k = local % TSDF_BLOCK;
     const int ends[3] = {1, 3, 4};
+    long long id = vert_first[t];
     for (int a = 0; a < 3; ++a) {
-        const int id = vid[3 * t + a];
-        if (id < 0) continue;
+        if (!((edges[t] >> a) & 1)) continue;
         const long long other = cubes_voxel(nbr, n, i + corners[3 * ends[a]], j + corners[3 * ends[a] + 1],
                                             k + corners[3 * ends[a] + 2]);
         const float v0 = field[t], v1 = field[other];
         const float s = __fdiv_rn(v0, __fsub_rn(v0, v1));
+        vert_edge[id] = 3 * t + a;
         vert_t[id] = s;
         vert_voxel[id] = s < 0.5f ? t : other;
+        ++id;
     }
     const int cs = cases[t];
     long long f = tri_first[t];
@@ -106,6 +118,6 @@ extern "C" __global__ void cubes_emit(
         for (int q = 0; q < 3; ++q) {
             const signed char* o = edge_owner + 4 * tri_table[16 * cs + m + q];
             const long long owner = cubes_voxel(nbr, n, i + o[0], j + o[1], k + o[2]);
-            faces[3 * f + q] = vid[3 * owner + o[3]];
+            faces[3 * f + q] = cubes_vertex(vert_first, edges, owner, o[3]);
         }
 }

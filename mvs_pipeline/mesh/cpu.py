@@ -165,21 +165,31 @@ def _classify(field, nbr, num_cube_blocks, corners, tri_count, cases, ntri, edge
         ntri[t] = tri_count[cs]
 
 
+@numba.njit(cache=True, inline="always")
+def _vertex(vert_first, edges, v, a):
+    # the vertex number of voxel v's +a edge: its first vertex, then one per lower axis with a vertex
+    e = edges[v]
+    return vert_first[v] + (e & 1 if a >= 1 else 0) + ((e >> 1) & 1 if a >= 2 else 0)
+
+
 @numba.njit(cache=True, parallel=True)
-def _emit(field, nbr, corners, tri_table, edge_owner, cases, tri_first, vid, faces, vert_t, vert_voxel):
+def _emit(field, nbr, corners, tri_table, edge_owner, cases, edges, tri_first, vert_first, faces, vert_edge, vert_t,
+          vert_voxel):
     n_all = nbr.shape[0] * BLOCK_VOXELS
     for t in numba.prange(n_all):
         n, i, j, k = _split(t)
+        vi = vert_first[t]
         for a in range(3):
-            vi = vid[3 * t + a]
-            if vi < 0:
+            if not (edges[t] >> a) & 1:
                 continue
             q = 1 if a == 0 else (3 if a == 1 else 4)   # the edge's upper end: corner 1, 3 or 4
             other = _voxel(nbr, n, i + corners[q, 0], j + corners[q, 1], k + corners[q, 2])
             v0 = field[t]
             s = np.float32(v0 / np.float32(v0 - field[other]))
+            vert_edge[vi] = 3 * t + a
             vert_t[vi] = s
             vert_voxel[vi] = t if s < np.float32(0.5) else other
+            vi += 1
         cs = cases[t]
         f = tri_first[t]
         m = 0
@@ -187,7 +197,7 @@ def _emit(field, nbr, corners, tri_table, edge_owner, cases, tri_first, vid, fac
             for q in range(3):
                 e = tri_table[cs, m + q]
                 owner = _voxel(nbr, n, i + edge_owner[e, 0], j + edge_owner[e, 1], k + edge_owner[e, 2])
-                faces[f, q] = vid[3 * owner + edge_owner[e, 3]]
+                faces[f, q] = _vertex(vert_first, edges, owner, edge_owner[e, 3])
             m += 3
             f += 1
 
@@ -203,13 +213,13 @@ def cubes_classify(field, nbr, num_cube_blocks, cases, ntri, edges) -> None:
               CORNERS, TRI_COUNT, cases, ntri, edges)
 
 
-def cubes_emit(field, nbr, cases, tri_first, vid, faces, vert_t, vert_voxel) -> None:
-    """The triangles (faces [T, 3] int32 of vertex ids, from row tri_first[t] for voxel t's cube) and
-    each vertex's place on its edge (vert_t [V] float32, 0 at the lower voxel) and nearest voxel
-    (vert_voxel [V] int64); vid [B * BLOCK^3 * 3] int32 numbers the edges with a vertex (-1 none).
-    Outputs written in place."""
+def cubes_emit(field, nbr, cases, edges, tri_first, vert_first, faces, vert_edge, vert_t, vert_voxel) -> None:
+    """The triangles (faces [T, 3] int64 of vertex numbers, from row tri_first[t] for voxel t's cube)
+    and the vertices (from number vert_first[t] for voxel t's edges, in axis order): each one's edge
+    (vert_edge [V] int64, 3 * voxel + axis), place on it (vert_t [V] float32, 0 at the lower voxel)
+    and nearest voxel (vert_voxel [V] int64). Outputs written in place."""
     from .mc_tables import CORNERS, EDGE_OWNER, TRI_TABLE  # noqa: PLC0415
 
     _emit(np.ascontiguousarray(field, np.float32), np.ascontiguousarray(nbr, np.int32), CORNERS, TRI_TABLE,
-          EDGE_OWNER, cases, np.ascontiguousarray(tri_first, np.int64), np.ascontiguousarray(vid, np.int32),
-          faces, vert_t, vert_voxel)
+          EDGE_OWNER, cases, edges, np.ascontiguousarray(tri_first, np.int64), np.ascontiguousarray(vert_first, np.int64),
+          faces, vert_edge, vert_t, vert_voxel)

@@ -89,24 +89,26 @@ def cubes_classify(field, nbr, num_cube_blocks, cases, ntri, edges) -> None:
          edges))
 
 
-def cubes_emit(field, nbr, cases, tri_first, vid, faces, vert_t, vert_voxel) -> None:
+def cubes_emit(field, nbr, cases, edges, tri_first, vert_first, faces, vert_edge, vert_t, vert_voxel) -> None:
     """CuPy twin of cpu.cubes_emit (same arguments, outputs written in place)."""
     cp = import_cupy()
     num_blocks = _check_batch(cp, field, nbr)
     n = num_blocks * BLOCK_VOXELS
     check_array(cp, "cases", cases, np.uint8, (n,))
+    check_array(cp, "edges", edges, np.uint8, (n,))
     check_array(cp, "tri_first", tri_first, np.int64, (n,))
-    check_array(cp, "vid", vid, np.int32, (3 * n,))
-    check_array(cp, "faces", faces, np.int32, (None, 3))
-    check_array(cp, "vert_t", vert_t, np.float32, (None,))
-    check_array(cp, "vert_voxel", vert_voxel, np.int64, (vert_t.shape[0],))
+    check_array(cp, "vert_first", vert_first, np.int64, (n,))
+    check_array(cp, "faces", faces, np.int64, (None, 3))
+    check_array(cp, "vert_edge", vert_edge, np.int64, (None,))
+    check_array(cp, "vert_t", vert_t, np.float32, (vert_edge.shape[0],))
+    check_array(cp, "vert_voxel", vert_voxel, np.int64, (vert_edge.shape[0],))
     if n == 0:
         return
     tab = _device_tables(cp)
     get_kernel(_CUBES, "cubes_emit", CUBES_OPTIONS)(
         (-(-n // THREADS),), (THREADS,),
-        (field, nbr, np.int64(num_blocks), tab["corners"], tab["tri_table"], tab["edge_owner"], cases, tri_first, vid,
-         faces, vert_t, vert_voxel))
+        (field, nbr, np.int64(num_blocks), tab["corners"], tab["tri_table"], tab["edge_owner"], cases, edges,
+         tri_first, vert_first, faces, vert_edge, vert_t, vert_voxel))
 
 
 def kernel_variants() -> list[tuple[str, tuple[str, ...]]]:

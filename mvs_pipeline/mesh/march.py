@@ -4,7 +4,8 @@ themselves (kernel cuda/mesh_cubes.cu or its twin in cpu.py), no dense grid.
 A batch lists its owned blocks first, then its halo: the allocated blocks just above them (offsets
 0/1 per axis), whose voxels close the owned blocks' upper cubes. The kernel classifies every cube
 (meshed when all eight corners are observed), numbers the edges with a vertex and the triangles by
-prefix sums (array code here), then writes faces and vertex positions. A grid edge belongs to its
+prefix sums of their counts per voxel (array code here), then writes the faces and the vertices' edges
+and places. A grid edge belongs to its
 lower voxel; the copies two batches make of the vertices on their shared halo are merged
 (`merge_parts`), exactly.
 
@@ -18,6 +19,7 @@ import numpy as np
 from .layout import BLOCK, BLOCK_VOXELS
 
 _OFFSETS = np.array([((o >> 2) & 1, (o >> 1) & 1, o & 1) for o in range(8)], np.int64)
+_BITS = np.array([bin(e).count("1") for e in range(8)], np.int8)   # set bits of a voxel's 3 edge flags
 
 
 def block_codes(xp, blocks, base: int):
@@ -63,27 +65,26 @@ def march_batch(xp, kernels, field, blocks, num_owned: int, base: int):
     ntri = xp.empty(n, xp.int32)
     edges = xp.empty(n, xp.uint8)
     kernels.cubes_classify(field, nbr, num_owned, cases, ntri, edges)
-    flags = ((edges[:, None] >> xp.arange(3, dtype=xp.uint8)[None, :]) & 1).reshape(-1).astype(xp.int32)
-    vid = xp.cumsum(flags, dtype=xp.int64) - 1
-    num_verts = int(vid[-1]) + 1 if n else 0
-    vid = xp.where(flags > 0, vid, -1).astype(xp.int32)
     tri_end = xp.cumsum(ntri, dtype=xp.int64)
     num_tris = int(tri_end[-1]) if n else 0
     if num_tris == 0:
         return None
-    faces = xp.empty((num_tris, 3), xp.int32)
+    nvert = xp.asarray(_BITS)[edges]                 # vertices on the voxel's edges: its edge bits set
+    vert_end = xp.cumsum(nvert, dtype=xp.int64)
+    num_verts = int(vert_end[-1])
+    faces = xp.empty((num_tris, 3), xp.int64)
+    vert_edge = xp.empty(num_verts, xp.int64)
     vert_t = xp.empty(num_verts, xp.float32)
     vert_voxel = xp.empty(num_verts, xp.int64)
-    kernels.cubes_emit(field, nbr, cases, tri_end - ntri, vid, faces, vert_t, vert_voxel)
-    edge = xp.flatnonzero(flags)            # vertex v lies on edge edge[v] = 3 * batch voxel + axis
-    voxel, axis = edge // 3, edge % 3
+    kernels.cubes_emit(field, nbr, cases, edges, tri_end - ntri, vert_end - nvert, faces, vert_edge, vert_t, vert_voxel)
+    del cases, ntri, edges, tri_end, nvert, vert_end
+    voxel, axis = vert_edge // 3, vert_edge % 3
     row, local = voxel // BLOCK_VOXELS, voxel % BLOCK_VOXELS
-    g = blocks[row].astype(xp.int64) * BLOCK + xp.stack(
-        [local // (BLOCK * BLOCK), (local // BLOCK) % BLOCK, local % BLOCK], axis=1)
-    pos = g.astype(xp.float64)
+    pos = (blocks[row].astype(xp.int64) * BLOCK + xp.stack(
+        [local // (BLOCK * BLOCK), (local // BLOCK) % BLOCK, local % BLOCK], axis=1)).astype(xp.float64)
     pos[xp.arange(len(pos)), axis] += vert_t.astype(xp.float64)
     # the table winds its triangles facing the corners below zero; the mesh faces the free space
-    return pos, vert_voxel, faces[:, ::-1].astype(xp.int64)
+    return pos, vert_voxel, faces[:, ::-1]
 
 
 def merge_parts(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):

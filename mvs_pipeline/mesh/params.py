@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..field_meta import meta
 
 
 @dataclass(frozen=True)
 class MeshConfig:
+    # read from older runs' config.resolved.yaml (`mvs-pipeline mesh OUT`), warned about and ignored
+    RETIRED_KEYS: ClassVar[dict[str, str]] = {
+        "tile_voxels": "the TSDF holds only the blocks near the surfaces and meshes them in batches: mesh.max_block_bytes"}
     # Opt-in: a `run` without --stages adds the mesh stage only when enabled (pipeline.parse_stages);
     # `--stages ...,mesh` and `mvs-pipeline mesh OUT` run it regardless. Not cheap: Poisson took 29 s
     # (object, 0.5 M points) and 88 s (courtyard, 0.57 M points) on 2 CPU cores, and no later stage needs it.

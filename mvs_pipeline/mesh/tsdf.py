@@ -110,7 +110,7 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     else:
         kernels = _twin()
         xp = np
-    origin, blocks = allocate_blocks(xp, dv, voxel, truncation)
+    origin, blocks = allocate_blocks(xp, dv, voxel, truncation, int(min_surface))
     base = int(blocks.max()) + 2   # block codes stay distinct for the +1 neighbours
     per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
     seconds_alloc = time.perf_counter() - t0

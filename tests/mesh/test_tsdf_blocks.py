@@ -17,10 +17,10 @@ from .random_views import random_views
 from .sphere_views import CENTRE, RADIUS, sphere_views
 
 
-def dense_allocation(xp, dv, voxel, truncation):
+def dense_allocation(xp, dv, voxel, truncation, min_surface=1):
     """Every block of the box two blocks around the allocated ones (the grid a dense TSDF would fill),
-    on the same grid (origin)."""
-    origin, found = allocate_blocks(xp, dv, voxel, truncation)
+    on the same grid (origin: the voxel centres, and so the float32 sums, are the same)."""
+    origin, found = allocate_blocks(xp, dv, voxel, truncation, min_surface)
     lo, hi = np.maximum(found.min(axis=0) - 2, 0), found.max(axis=0) + 3
     box = np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)], indexing="ij"), -1).reshape(-1, 3)
     return origin, box.astype(np.int32)
@@ -43,11 +43,18 @@ def test_sphere_blocks_give_the_dense_grids_mesh():
     assert cs["mesh_blocks"] < 0.4 * cd["mesh_blocks"]   # the shell, not the box
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_random_views_blocks_give_the_dense_grids_mesh(seed):
-    # random depths: surfaces at every depth and angle, a camera inside the volume
-    mesh, _, _ = same_mesh_as_dense(random_views(np.random.default_rng(seed), 6), 0.06, 0.25)
-    assert mesh.num_faces > 1000
+def test_sphere_blocks_two_views_reserve_give_the_dense_grids_mesh():
+    views, depths, colours = sphere_views()
+    same_mesh_as_dense(stack_views(views, depths, colours), 0.02, 0.08, min_surface=2)
+
+
+@pytest.mark.parametrize("seed, truncation, min_surface", [(3, 0.25, 1), (4, 0.25, 1), (3, 0.5, 2), (4, 0.5, 2)])
+def test_random_views_blocks_give_the_dense_grids_mesh(seed, truncation, min_surface):
+    # random depths: surfaces at every depth and angle, a camera inside the volume (two views agree
+    # by chance only: a longer truncation for min_surface 2)
+    mesh, _, _ = same_mesh_as_dense(random_views(np.random.default_rng(seed), 6), 0.06, truncation,
+                                    min_surface=min_surface)
+    assert mesh.num_faces > 100
 
 
 def test_min_surface_drops_what_one_view_alone_saw():

@@ -87,16 +87,17 @@ def test_cubes_kernels_match_twins_bit_for_bit(cupy, seed):
         f, nb = xp.asarray(field), xp.asarray(nbr)
         cases, ntri, edges = xp.empty(n, xp.uint8), xp.empty(n, xp.int32), xp.empty(n, xp.uint8)
         mod.cubes_classify(f, nb, num_owned, cases, ntri, edges)
-        flags = ((edges[:, None] >> xp.arange(3, dtype=xp.uint8)[None, :]) & 1).reshape(-1).astype(xp.int32)
-        vid = xp.where(flags > 0, xp.cumsum(flags) - 1, -1).astype(xp.int32)
-        tri_end = xp.cumsum(ntri, dtype=xp.int64)
-        faces = xp.empty((int(tri_end[-1]), 3), xp.int32)
-        nv = int(flags.sum())
-        vert_t, vert_voxel = xp.empty(nv, xp.float32), xp.empty(nv, xp.int64)
-        mod.cubes_emit(f, nb, cases, tri_end - ntri, vid, faces, vert_t, vert_voxel)
-        out[name] = [a if xp is np else cupy.asnumpy(a) for a in (cases, ntri, edges, faces, vert_t, vert_voxel)]
+        nvert = ((edges & 1) + ((edges >> 1) & 1) + ((edges >> 2) & 1)).astype(xp.int64)
+        tri_end, vert_end = xp.cumsum(ntri, dtype=xp.int64), xp.cumsum(nvert)
+        faces = xp.empty((int(tri_end[-1]), 3), xp.int64)
+        nv = int(vert_end[-1])
+        vert_edge, vert_t, vert_voxel = xp.empty(nv, xp.int64), xp.empty(nv, xp.float32), xp.empty(nv, xp.int64)
+        mod.cubes_emit(f, nb, cases, edges, tri_end - ntri, vert_end - nvert, faces, vert_edge, vert_t, vert_voxel)
+        out[name] = [a if xp is np else cupy.asnumpy(a)
+                     for a in (cases, ntri, edges, faces, vert_edge, vert_t, vert_voxel)]
     assert out["cpu"][3].shape[0] > 100
-    for a, b, what in zip(out["cpu"], out["cuda"], ("cases", "ntri", "edges", "faces", "vert_t", "vert_voxel")):
+    names = ("cases", "ntri", "edges", "faces", "vert_edge", "vert_t", "vert_voxel")
+    for a, b, what in zip(out["cpu"], out["cuda"], names):
         np.testing.assert_array_equal(b, a, err_msg=what)
 
 
