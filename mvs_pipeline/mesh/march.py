@@ -54,11 +54,27 @@ def neighbour_table(xp, blocks, base: int):
     return out
 
 
-def march_batch(xp, kernels, field, blocks, num_owned: int, base: int):
+def shared_blocks(xp, blocks, batch_of, base: int):
+    """[B] bool: the blocks (sorted rows) whose edges a cube of another batch also uses, i.e. with a
+    block of another batch at an offset (0|1, 0|1, 0|1) below them (it has them in its halo)."""
+    codes = block_codes(xp, blocks, base)
+    out = xp.zeros(len(blocks), bool)
+    for off in _OFFSETS[1:]:
+        want = block_codes(xp, blocks.astype(xp.int64) - xp.asarray(off)[None, :], base)
+        at = xp.minimum(xp.searchsorted(codes, want), len(codes) - 1)
+        out |= (codes[at] == want) & (batch_of[at] != batch_of)
+    return out
+
+
+def march_batch(xp, kernels, field, blocks, num_owned: int, base: int, shared):
     """Marching cubes of one batch: field [B * BLOCK^3] float32 (NaN unobserved), blocks [B, 3] (the
-    owned rows first); kernels: the backend's module (cuda.py or cpu.py). Returns xp arrays:
-    (vertices in voxel units of the grid [V, 3] float64, nearest batch voxel [V] int64, faces [T, 3]
-    int64 of batch vertex numbers), or None."""
+    owned rows first), shared [B] bool (shared_blocks; the halo rows True); kernels: the backend's
+    module (cuda.py or cpu.py). Returns xp arrays, or None: (vertices in voxel units of the grid
+    [V, 3] float64, nearest batch voxel [V] int64 (its colour), faces [T, 3] int64 of batch vertex
+    numbers, key [V] int64 and merge [V] bool for merge_parts). A vertex's key is its grid edge's
+    (3 x global voxel code + axis), or, when it lies exactly on a voxel (a field value of exactly 0:
+    all crossing edges of that voxel end there), minus one minus that voxel's code; merge marks the
+    vertices that another copy may share: those of shared blocks and those on a voxel."""
     n = len(blocks) * BLOCK_VOXELS
     nbr = neighbour_table(xp, blocks, base)
     cases = xp.empty(n, xp.uint8)
@@ -80,29 +96,38 @@ def march_batch(xp, kernels, field, blocks, num_owned: int, base: int):
     del cases, ntri, edges, tri_end, nvert, vert_end
     voxel, axis = vert_edge // 3, vert_edge % 3
     row, local = voxel // BLOCK_VOXELS, voxel % BLOCK_VOXELS
-    pos = (blocks[row].astype(xp.int64) * BLOCK + xp.stack(
-        [local // (BLOCK * BLOCK), (local // BLOCK) % BLOCK, local % BLOCK], axis=1)).astype(xp.float64)
-    pos[xp.arange(len(pos)), axis] += vert_t.astype(xp.float64)
+    g = blocks[row].astype(xp.int64) * BLOCK + xp.stack(
+        [local // (BLOCK * BLOCK), (local // BLOCK) % BLOCK, local % BLOCK], axis=1)
+    step = xp.arange(3)[None, :] == axis[:, None]             # [V, 3] the edge's direction
+    pos = g.astype(xp.float64) + step * vert_t.astype(xp.float64)[:, None]
+    span = base * BLOCK                                       # voxels per axis, with the +1 neighbours
+    code = lambda q: (q[:, 0] * span + q[:, 1]) * span + q[:, 2]   # noqa: E731
+    key = xp.where(vert_t == 0, -1 - code(g), xp.where(vert_t == 1, -1 - code(g + step), 3 * code(g) + axis))
+    merge = shared[row] | (vert_t == 0) | (vert_t == 1)
     # the table winds its triangles facing the corners below zero; the mesh faces the free space
-    return pos, vert_voxel, faces[:, ::-1]
+    return pos, vert_voxel, faces[:, ::-1], key, merge
 
 
-def merge_parts(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
-    """One mesh from the batches' (position in voxels, colour, faces) on the host: vertices whose
-    positions are equal in float32 merged (the copies two batches make of a halo vertex come from the
-    same voxels through the same arithmetic, so they are equal bit for bit; and a voxel whose field is
-    0, or within float32 rounding of it, puts the vertices of all its crossing edges there, as
-    scikit-image merges them), faces whose corners coincide dropped, vertices no face uses dropped.
-    Returns (positions, faces, colours)."""
+def merge_parts(parts: list[tuple]):
+    """One mesh from the batches' (position in voxels, colour, faces, key, merge) on the host: the
+    vertices marked `merge` that share a key become one (the copies two batches make of a vertex on
+    their shared blocks come from the same voxels through the same arithmetic, so they are equal bit
+    for bit), the others are distinct by construction (one grid edge, one vertex, one batch); faces
+    with a repeated corner dropped, vertices no face uses dropped. Linear but for a sort of the
+    marked keys. Returns (positions, faces, colours)."""
     pos = np.concatenate([p[0] for p in parts])
     col = np.concatenate([p[1] for p in parts])
     starts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
     faces = np.concatenate([p[2] + s for p, s in zip(parts, starts)])
-    _, first, inverse = np.unique(pos.astype(np.float32), axis=0, return_index=True, return_inverse=True)
-    faces = inverse.reshape(-1)[faces]
-    pos, col = pos[first], col[first]
+    keys = np.concatenate([p[3] for p in parts])
+    marked = np.flatnonzero(np.concatenate([p[4] for p in parts]))
+    same = np.arange(len(pos))
+    if len(marked):
+        _, first, inverse = np.unique(keys[marked], return_index=True, return_inverse=True)
+        same[marked] = marked[first][inverse.reshape(-1)]
+    faces = same[faces]
     faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
-    used = np.unique(faces)
-    remap = np.full(len(pos), -1, np.int64)
-    remap[used] = np.arange(len(used))
+    used = np.zeros(len(pos), bool)
+    used[faces] = True
+    remap = np.cumsum(used) - 1
     return pos[used], remap[faces], col[used]

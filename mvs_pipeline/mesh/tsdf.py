@@ -37,7 +37,7 @@ from ..gpu.loader import to_host
 from ..io.mesh_ply import TriangleMesh
 from .blocks import allocate_blocks
 from .layout import BLOCK_VOXELS, camera_table, empty_accumulators, finish, vertex_colours
-from .march import halo_blocks, march_batch, merge_parts
+from .march import halo_blocks, march_batch, merge_parts, shared_blocks
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     origin, blocks = allocate_blocks(xp, dv, voxel, truncation, int(min_surface))
     base = int(blocks.max()) + 2   # block codes stay distinct for the +1 neighbours
     per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
+    shared = shared_blocks(xp, blocks, xp.arange(len(blocks)) // per_batch, base)
     seconds_alloc = time.perf_counter() - t0
     groups = _view_groups(dv, max_map_bytes)
     resident = _upload(xp, dv, *groups[0]) if len(groups) == 1 else None
@@ -120,7 +121,8 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     parts, voxels, batches, seconds_march = [], 0, 0, 0.0
     for start in range(0, len(blocks), per_batch):
         owned = slice(start, min(start + per_batch, len(blocks)))
-        batch = xp.concatenate([blocks[owned], blocks[halo_blocks(xp, blocks, owned, base)]])
+        halo = halo_blocks(xp, blocks, owned, base)
+        batch = xp.concatenate([blocks[owned], blocks[halo]])
         acc = empty_accumulators(xp, len(batch) * BLOCK_VOXELS)
         voxels += len(batch) * BLOCK_VOXELS
         batches += 1
@@ -130,10 +132,12 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
                                    (0, v1 - v0), o32, voxel, truncation, batch, acc)
         tm = time.perf_counter()
         field = finish(xp, acc, min_weight, min_surface)
-        part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base)
+        part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base,
+                           xp.concatenate([shared[owned], xp.ones(len(halo), bool)]))
         if part is not None:
-            pos, nearest, faces = part
-            parts.append((to_host(pos), to_host(vertex_colours(xp, acc, nearest)), to_host(faces)))
+            pos, nearest, faces, key, merge = part
+            parts.append((to_host(pos), to_host(vertex_colours(xp, acc, nearest)), to_host(faces), to_host(key),
+                          to_host(merge)))
         del acc, field
         seconds_march += time.perf_counter() - tm
     if not parts:

