@@ -1,12 +1,11 @@
-// TSDF fusion of depth maps into one tile of voxels (the mesh stage's `tsdf` method). Launcher:
+// TSDF fusion of depth maps into the allocated blocks of voxels (the mesh stage's `tsdf` method). Launcher:
 // mvs_pipeline/mesh/cuda.py; CPU twin: mvs_pipeline/mesh/cpu.py (same float32 arithmetic in the
 // same order: every product, sum and quotient is rounded on its own through the _rn intrinsics,
 // so nvcc/NVRTC cannot contract them into fused multiply-adds the twin does not have).
 // Layouts: mvs_pipeline/mesh/layout.py. One thread per voxel walks the views v0 .. v1-1 in order
-// and adds to the voxel's accumulators: no atomics, deterministic sums.
-// ci-variant:
-
-#define TSDF_CAM_STRIDE 12
+// and adds to the voxel's accumulators: no atomics, deterministic sums. TSDF_BLOCK (voxels per
+// block edge) and TSDF_CAM_STRIDE come as -D options from layout.py.
+// ci-variant: -DTSDF_BLOCK=8 -DTSDF_CAM_STRIDE=12
 
 __device__ __forceinline__ float tsdf_dot4(const float* P, float x, float y, float z)
 {
@@ -23,20 +22,23 @@ extern "C" __global__ void tsdf_integrate(
     const long long* __restrict__ offsets,    // [V] first pixel of each view in depth / rgb
     const int* __restrict__ sizes,            // [V, 2] width, height
     const int v0, const int v1,               // views added: v0 .. v1 - 1
-    const float ox, const float oy, const float oz,  // centre of voxel (0, 0, 0), world
+    const float ox, const float oy, const float oz,  // centre of voxel g = (0, 0, 0), world
     const float voxel, const float trunc,
-    const int nx, const int ny, const int nz,
-    float* __restrict__ sdf_sum,              // [N], N = nx * ny * nz, index (i * ny + j) * nz + k
+    const int* __restrict__ blocks,           // [B, 3] block coordinates
+    const long long num_blocks,
+    float* __restrict__ sdf_sum,              // [N], N = B * TSDF_BLOCK^3, index n * TSDF_BLOCK^3 + (i * TSDF_BLOCK + j) * TSDF_BLOCK + k
     float* __restrict__ weight,               // [N]
     float* __restrict__ rgb_sum,              // [N, 3]
     float* __restrict__ rgb_weight)           // [N]
 {
-    const long long n = (long long)nx * ny * nz;
+    constexpr int B3 = TSDF_BLOCK * TSDF_BLOCK * TSDF_BLOCK;
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    const int i = (int)(t / ((long long)ny * nz));
-    const int j = (int)((t / nz) % ny);
-    const int k = (int)(t % nz);
+    if (t >= num_blocks * B3) return;
+    const long long nb = t / B3;
+    const int local = (int)(t % B3);
+    const int i = blocks[3 * nb] * TSDF_BLOCK + local / (TSDF_BLOCK * TSDF_BLOCK);
+    const int j = blocks[3 * nb + 1] * TSDF_BLOCK + (local / TSDF_BLOCK) % TSDF_BLOCK;
+    const int k = blocks[3 * nb + 2] * TSDF_BLOCK + local % TSDF_BLOCK;
     const float x = __fadd_rn(ox, __fmul_rn((float)i, voxel));
     const float y = __fadd_rn(oy, __fmul_rn((float)j, voxel));
     const float z = __fadd_rn(oz, __fmul_rn((float)k, voxel));

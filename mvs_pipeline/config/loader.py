@@ -10,6 +10,7 @@ errors that name the dotted key, the value and the file (or `--set`) it came fro
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import types
 import typing
@@ -22,6 +23,8 @@ from ..errors import ConfigError
 from ..io import yaml_text
 from ..paths import CONFIG_DIR
 from .schema import PipelineConfig
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # Reading YAML with provenance
@@ -171,7 +174,12 @@ def _build(cls: type, data: dict, origins: dict[str, str], prefix: str, errors: 
     hints = typing.get_type_hints(cls)
     kwargs = {}
     names = {f.name for f in dataclasses.fields(cls)}
+    retired = getattr(cls, "RETIRED_KEYS", {})   # keys a section no longer has, which old run folders' configs hold
     for key in data:
+        if key not in names and key in retired:
+            log.warning("%s: '%s%s' is no longer used (%s); ignored", origins.get(f"{prefix}{key}", "?"), prefix, key,
+                        retired[key])
+            continue
         if key not in names:
             where = origins.get(f"{prefix}{key}", "?")
             valid = ", ".join(sorted(names))

@@ -5,8 +5,10 @@ Camera row v of `cams` [V, CAM_STRIDE] float32 is pixel_from_world = K [R | t] (
 (a, b, c) = P (x, y, z, 1), depth z = c, image point (a / c, b / c), pixel (floor(a / c), floor(b / c))
 (COLMAP's convention: pixel (col, row) covers [col, col + 1) x [row, row + 1), centre at +0.5).
 
-Accumulators of a tile of nx x ny x nz voxels, index (i * ny + j) * nz + k for voxel (i, j, k)
-whose centre is origin + (i, j, k) * voxel:
+The grid's voxel centres are origin + g * voxel, g = (gx, gy, gz) >= 0. Only some blocks of
+BLOCK^3 voxels hold voxels (blocks.py): `blocks` [B, 3] int32 lists them, and voxel (i, j, k)
+(0 .. BLOCK-1 each) of block n is g = BLOCK * blocks[n] + (i, j, k), at index
+n * BLOCK^3 + (i * BLOCK + j) * BLOCK + k of the accumulators (N = B * BLOCK^3 voxels):
   sdf_sum [N] float32   sum over the views that observed the voxel of min(1, sdf / truncation)
   weight  [N] float32   how many views observed it (sdf >= -truncation)
   rgb_sum [N, 3] float32 sum of the image colours of the views whose |sdf| < truncation
@@ -19,6 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 CAM_STRIDE = 12
+# 8: a block's 512 voxels are two CUDA thread blocks of 256; the surface band (2 x 4 voxels of
+# truncation) crosses ~2 blocks, so coarser blocks allocate more empty voxels, finer ones more keys.
+BLOCK = 8
+BLOCK_VOXELS = BLOCK ** 3
 
 
 def camera_table(views) -> np.ndarray:
@@ -31,20 +37,24 @@ def camera_table(views) -> np.ndarray:
     return table
 
 
-def empty_accumulators(xp, shape: tuple[int, int, int]) -> dict:
-    n = int(np.prod(shape))
+def empty_accumulators(xp, n: int) -> dict:
+    """Zeroed accumulators of n voxels."""
     return {"sdf_sum": xp.zeros(n, xp.float32), "weight": xp.zeros(n, xp.float32),
             "rgb_sum": xp.zeros((n, 3), xp.float32), "rgb_weight": xp.zeros(n, xp.float32)}
 
 
-def finish(xp, acc: dict, shape: tuple[int, int, int], min_weight: float):
-    """(tsdf [nx, ny, nz] float32: the mean over the views, NaN where fewer than min_weight views
-    observed the voxel; rgb [nx, ny, nz, 3] float32 mean colour, 0 where no view coloured it). Array
-    code that runs on NumPy or CuPy alike; only the field (4 bytes a voxel) leaves the GPU, the
-    colours are gathered at the vertices (tsdf.py)."""
+def finish(xp, acc: dict, min_weight: float, min_surface: float = 1.0):
+    """tsdf [N] float32: the mean over the views, NaN where fewer than min_weight views observed the
+    voxel or fewer than min_surface views saw a surface within the truncation of it (rgb_weight).
+    Array code that runs on NumPy or CuPy alike."""
     w = acc["weight"]
     observed = w >= xp.float32(max(min_weight, 1.0))
-    tsdf = xp.where(observed, acc["sdf_sum"] / xp.maximum(w, xp.float32(1.0)), xp.float32(xp.nan))
-    cw = xp.maximum(acc["rgb_weight"], xp.float32(1.0))[:, None]
-    rgb = acc["rgb_sum"] / cw
-    return tsdf.reshape(shape), rgb.reshape(*shape, 3)
+    if min_surface > 1:
+        observed &= acc["rgb_weight"] >= xp.float32(min_surface)
+    return xp.where(observed, acc["sdf_sum"] / xp.maximum(w, xp.float32(1.0)), xp.float32(xp.nan))
+
+
+def vertex_colours(xp, acc: dict, voxels):
+    """[V, 3] uint8: the mean colour of the given voxels (0 where no view coloured one)."""
+    cw = xp.maximum(acc["rgb_weight"][voxels], xp.float32(1.0))[:, None]
+    return (xp.clip(acc["rgb_sum"][voxels] / cw, 0, 255) + 0.5).astype(xp.uint8)

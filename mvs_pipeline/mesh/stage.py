@@ -4,9 +4,10 @@
                    pooling of dense clouds), trimmed to within a few point spacings of the cloud,
                    vertex colours from the cloud. Runs on the host (Open3D).
     method tsdf (tsdf.py):       TSDF fusion of OUT/stereo/depth_maps (geometric maps when every
-                   view with maps has them; fusion.mask_dir's object masks honoured), tile by tile
-                   (GPU kernel cuda/mesh_tsdf.cu or its Numba twin cpu.py), scikit-image's marching
-                   cubes, vertex colours from the images.
+                   view with maps has them; fusion.mask_dir's object masks honoured) in the blocks
+                   near the surfaces only, and marching cubes over those blocks (GPU kernels
+                   cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu or their Numba twins in cpu.py), vertex
+                   colours from the images.
 
 Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
 and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
@@ -114,10 +115,10 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
         if cfg.voxel_size is None:
             log.info("mesh: voxel_size = %.4g m (%g x the median pixel footprint %.4g m)", voxel, cfg.voxel_pixels,
                      footprint)
-        tile = cfg.tile_voxels if cfg.tile_voxels is not None else (64 if backend == "cuda" else 32)
         mesh, counts = tsdf_mesh(dv, voxel, cfg.truncation_voxels * voxel, min_weight=cfg.min_views,
-                                 tile=tile, max_map_bytes=cfg.max_map_bytes, backend=backend)
-        settings = {"voxel_size": voxel, "tile_voxels": tile, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
+                                 min_surface=cfg.min_surface_views, max_block_bytes=cfg.max_block_bytes,
+                                 max_map_bytes=cfg.max_map_bytes, backend=backend)
+        settings = {"voxel_size": voxel, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
     write_mesh_ply(mesh_path, mesh)

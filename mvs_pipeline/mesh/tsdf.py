@@ -5,20 +5,23 @@ the object masks of `fusion.mask_dir` set to "no depth") is fused into a truncat
 distance field on a regular grid of `voxel` metres: a voxel in front of a view's surface gets
 min(1, sdf / truncation), one behind it by less than the truncation gets sdf / truncation, one
 further behind is left alone (occluded); the field is the mean over the views that saw the voxel.
-Voxels near a view's surface (|sdf| < truncation) collect its image colours.
+Voxels near a view's surface (|sdf| < truncation) count that view as a surface view and collect its
+image colours. A voxel enters marching cubes when `min_weight` views saw it and `min_surface` views
+saw a surface near it: one view's wrong depths (a PatchMatch map has a depth at nearly every pixel,
+right or not) then make no surface where no other view agrees, as fusion keeps only pixels that a
+neighbour agrees with.
 
-Bounded memory: the grid is cut into tiles of `tile` voxels a side that share their boundary
-plane, and only tiles that some depth sample (every `sample_stride`-th pixel of every view)
-comes within the truncation of are visited, one at a time: a tile's accumulators are 24 bytes
-per voxel (48 MiB at 128^3), the views' maps are held in groups of at most `max_map_bytes`
-(all at once when they fit; the kernel adds a view range to the accumulators). Each tile's field
-is finished (layout.finish), brought to the host (4 bytes a voxel) and meshed with scikit-image's
-marching cubes over the box of its voxels near the surface (|tsdf| < 1), keeping the vertices whose grid edge joins two observed voxels (an unobserved voxel has no sign:
-without that the inner edge of the observed band would become a surface). Vertices on the shared planes are
-welded; vertex colours are the mean colour of the voxel nearest to each vertex.
+Only voxels near a surface exist: the blocks of BLOCK^3 voxels that some depth pixel reserves
+(blocks.py: every pixel, so that nothing a dense grid would mesh is missed) are allocated first, then
+only those are integrated and meshed. Bounded memory: the blocks (sorted) are cut into batches whose
+device arrays (BATCH_BYTES_PER_VOXEL) stay within `max_block_bytes`, each with its halo (march.py);
+a batch is one kernel launch per view group (the views' maps are held in groups of at most
+`max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device,
+and only the batch's vertices, colours and faces come to the host, where the batches' meshes are
+joined (march.merge_parts). Vertex colours are the mean colour of the voxel nearest each vertex.
 
-The kernel (cuda/mesh_tsdf.cu via cuda.py) and the twin (cpu.py) add the same sums; everything
-else is array code on CuPy or NumPy.
+The kernels (cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu via cuda.py) and the twins (cpu.py) compute the
+same outputs; everything else is array code on CuPy or NumPy, so both backends give one mesh.
 """
 
 from __future__ import annotations
@@ -30,12 +33,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MVSError
+from ..gpu.loader import to_host
 from ..io.mesh_ply import TriangleMesh
-from .layout import camera_table, empty_accumulators, finish
+from .blocks import allocate_blocks
+from .layout import BLOCK_VOXELS, camera_table, empty_accumulators, finish, vertex_colours
+from .march import halo_blocks, march_batch, merge_parts, shared_blocks
 
 log = logging.getLogger(__name__)
 
-ACC_BYTES_PER_VOXEL = 24
+# a batch's bytes per voxel on the device: accumulators 24, field 4, cube case, edges and triangle
+# count 6, the edges' vertex numbers and their prefix sum 3 x (4 + 8 + 4)
+BATCH_BYTES_PER_VOXEL = 82
 
 
 @dataclass
@@ -87,198 +95,67 @@ def pixel_footprint(dv: DepthViews) -> float:
     return float(np.median(per_view))
 
 
-def depth_samples(dv: DepthViews, stride: int) -> np.ndarray:
-    """[M, 3] float64 world points of every `stride`-th pixel (rows and columns) with depth."""
-    out = []
-    for v in range(dv.num_views):
-        d = dv.view_depth(v)[::stride, ::stride]
-        rows, cols = np.nonzero(d > 0)
-        if len(rows) == 0:
-            continue
-        z = d[rows, cols].astype(np.float64)
-        u = (cols * stride + 0.5) * z
-        w = (rows * stride + 0.5) * z
-        cam = np.linalg.solve(np.asarray(dv.K[v], np.float64), np.stack([u, w, z]))  # [3, M]
-        R, t = np.asarray(dv.R[v], np.float64), np.asarray(dv.t[v], np.float64).reshape(3, 1)
-        out.append((R.T @ (cam - t)).T)
-    if not out:
-        raise MVSError("mesh: the depth maps hold no valid depth")
-    return np.concatenate(out)
+def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: float = 1.0, min_surface: float = 1.0,
+              max_map_bytes: int = 2 << 30, max_block_bytes: int = 1 << 30,
+              backend: str = "cpu") -> tuple[TriangleMesh, dict]:
+    """The mesh of the depth maps' fused TSDF, and counts (blocks, voxels, batches, seconds)."""
+    if dv.num_views == 0 or not np.any(dv.depth > 0):
+        raise MVSError("mesh (tsdf): the depth maps hold no valid depth")
+    t0 = time.perf_counter()
+    if backend == "cuda":
+        from ..gpu.loader import import_cupy  # noqa: PLC0415
+        from . import cuda as kernels  # noqa: PLC0415
 
-
-def _unique_rows(keys: np.ndarray) -> np.ndarray:
-    """Unique rows of [N, 3] non-negative int64 keys (sorted), through one int64 code per row."""
-    if len(keys) == 0:
-        return keys.reshape(0, 3)
-    span = keys.max(axis=0) + 1
-    code = (keys[:, 0] * span[1] + keys[:, 1]) * span[2] + keys[:, 2]
-    u = np.unique(code)
-    k = u % span[2]
-    j = (u // span[2]) % span[1]
-    i = u // (span[1] * span[2])
-    return np.stack([i, j, k], axis=1)
-
-
-def plan_tiles(samples: np.ndarray, voxel: float, reach: float, tile: int) -> tuple[np.ndarray, np.ndarray]:
-    """(origin (3,) float64: centre of global voxel (0, 0, 0); [T, 3] int64 tile coordinates, sorted).
-    Tile (a, b, c) holds global voxels a * (tile - 1) .. a * (tile - 1) + tile - 1 per axis, so
-    neighbouring tiles share one plane; a tile is kept when a sample lies within `reach` (per
-    axis) of a voxel of it (the truncation plus the gap between samples). The samples are first
-    merged into cells of half the reach or half a tile (40 x 3200x2130 maps give ~17 M samples),
-    whose centres then reach one cell further."""
-    margin = reach + 2 * voxel
-    origin = samples.min(axis=0) - margin
-    step = tile - 1
-    cell = 0.5 * min(reach, step * voxel)
-    cells = _unique_rows(np.floor((samples - origin) / cell).astype(np.int64))
-    centres = origin + (cells + 0.5) * cell
-    reach = reach + cell
-    # the cube of half-side `reach` around a centre: its corners, and points at most a tile apart
-    # between them, so that no tile it crosses is skipped
-    offsets = np.linspace(-reach, reach, int(np.ceil(2 * reach / (step * voxel))) + 1)
-    keys = []
-    for dx in offsets:
-        for dy in offsets:
-            for dz in offsets:
-                g = np.floor((centres + (dx, dy, dz) - origin) / voxel).astype(np.int64)
-                keys.append(_unique_rows(np.floor_divide(np.maximum(g, 0), step)))
-    return origin, _unique_rows(np.concatenate(keys))
+        xp = import_cupy()
+    else:
+        kernels = _twin()
+        xp = np
+    origin, blocks = allocate_blocks(xp, dv, voxel, truncation, int(min_surface))
+    base = int(blocks.max()) + 2   # block codes stay distinct for the +1 neighbours
+    per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
+    shared = shared_blocks(xp, blocks, xp.arange(len(blocks)) // per_batch, base)
+    seconds_alloc = time.perf_counter() - t0
+    groups = _view_groups(dv, max_map_bytes)
+    resident = _upload(xp, dv, *groups[0]) if len(groups) == 1 else None
+    o32 = origin.astype(np.float32)
+    parts, voxels, batches, seconds_march = [], 0, 0, 0.0
+    for start in range(0, len(blocks), per_batch):
+        owned = slice(start, min(start + per_batch, len(blocks)))
+        halo = halo_blocks(xp, blocks, owned, base)
+        batch = xp.concatenate([blocks[owned], blocks[halo]])
+        acc = empty_accumulators(xp, len(batch) * BLOCK_VOXELS)
+        voxels += len(batch) * BLOCK_VOXELS
+        batches += 1
+        for v0, v1 in groups:
+            arrays = resident if resident is not None else _upload(xp, dv, v0, v1)
+            kernels.tsdf_integrate(arrays["depth"], arrays["rgb"], arrays["cams"], arrays["offsets"], arrays["sizes"],
+                                   (0, v1 - v0), o32, voxel, truncation, batch, acc)
+        tm = time.perf_counter()
+        field = finish(xp, acc, min_weight, min_surface)
+        part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base,
+                           xp.concatenate([shared[owned], xp.ones(len(halo), bool)]))
+        if part is not None:
+            pos, nearest, faces, key, merge = part
+            parts.append((to_host(pos), to_host(vertex_colours(xp, acc, nearest)), to_host(faces), to_host(key),
+                          to_host(merge)))
+        del acc, field
+        seconds_march += time.perf_counter() - tm
+    if not parts:
+        raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
+                       "and mesh.voxel_size")
+    verts, faces, colours = merge_parts(parts)
+    verts = origin + verts * voxel
+    mesh = TriangleMesh(verts.astype(np.float32), faces.astype(np.int32), colours)
+    counts = {"mesh_blocks": int(len(blocks)), "mesh_voxels": voxels, "mesh_batches": batches,
+              "mesh_view_groups": len(groups), "mesh_alloc_seconds": round(seconds_alloc, 3),
+              "mesh_march_seconds": round(seconds_march, 3), "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
+    return mesh, counts
 
 
 def _twin():
     from . import cpu  # noqa: PLC0415 (Numba: the CUDA path never imports it)
 
     return cpu
-
-
-def near_surface_box(tsdf: np.ndarray):
-    """(lo, hi) voxel bounds (inclusive lo, exclusive hi) of the observed voxels with |tsdf| < 1,
-    grown by one voxel (the cubes around them); None when there is none: marching cubes then
-    scans only that box."""
-    near = np.abs(tsdf) < 1.0   # False for NaN (unobserved)
-    if not near.any():
-        return None
-    lo, hi = [], []
-    for axis in range(3):
-        other = tuple(i for i in range(3) if i != axis)
-        idx = np.flatnonzero(near.any(axis=other))
-        lo.append(max(int(idx[0]) - 1, 0))
-        hi.append(min(int(idx[-1]) + 2, tsdf.shape[axis]))
-    return np.array(lo), np.array(hi)
-
-
-def march_tile(tsdf: np.ndarray):
-    """(vertices [n, 3] float64 in voxel units of the tile, faces [m, 3] int64, voxel [n, 3] int64
-    nearest each vertex) of the zero level of one tile's field (NaN = unobserved), over grid edges
-    whose two voxels were observed; None when there is none."""
-    from skimage.measure import marching_cubes  # noqa: PLC0415
-
-    box = near_surface_box(tsdf)
-    if box is None:
-        return None
-    lo, hi = box
-    if np.any(hi - lo < 2):
-        return None
-    sub = tsdf[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]
-    observed = ~np.isnan(sub)
-    inside = sub[observed]
-    if not (inside.min() < 0.0 < inside.max()):
-        return None
-    field = np.where(observed, sub, np.float32(1.0))
-    try:
-        verts, faces, _, _ = marching_cubes(field, level=0.0, mask=observed, allow_degenerate=False,
-                                            gradient_direction="descent")
-    except (ValueError, RuntimeError):  # no crossing inside the mask
-        return None
-    # a vertex lies on a grid edge: both of the edge's voxels must be observed (scikit-image's mask,
-    # the observed voxels, selects cubes by one corner only, so a cube reaching into unobserved
-    # voxels, whose field reads 1, would put a surface on the inner edge of the observed band)
-    top = np.array(sub.shape) - 1
-    a = np.clip(np.floor(verts).astype(np.int64), 0, top)
-    b = np.clip(np.ceil(verts).astype(np.int64), 0, top)
-    good = observed[a[:, 0], a[:, 1], a[:, 2]] & observed[b[:, 0], b[:, 1], b[:, 2]]
-    faces = faces[good[faces].all(axis=1)]
-    if len(faces) == 0:
-        return None
-    used = np.unique(faces)
-    remap = np.full(len(verts), -1, np.int64)
-    remap[used] = np.arange(len(used))
-    verts = verts[used].astype(np.float64) + lo
-    nearest = np.clip(np.rint(verts).astype(np.int64), 0, np.array(tsdf.shape) - 1)
-    return verts, remap[faces].astype(np.int64), nearest
-
-
-def weld(vertices: np.ndarray, faces: np.ndarray, colours: np.ndarray, quantum: float):
-    """Merge vertices closer than `quantum` on a grid (the copies on tiles' shared planes); drop
-    faces that collapse."""
-    if len(vertices) == 0:
-        return vertices, faces, colours
-    q = np.rint((vertices - vertices.min(axis=0)) / quantum).astype(np.int64)
-    _, first, inverse = np.unique(q, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    f = inverse[faces]
-    keep = (f[:, 0] != f[:, 1]) & (f[:, 1] != f[:, 2]) & (f[:, 0] != f[:, 2])
-    return vertices[first], f[keep], colours[first]
-
-
-def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: float = 1.0, tile: int = 128,
-              sample_stride: int = 4, max_map_bytes: int = 2 << 30, backend: str = "cpu") -> tuple[TriangleMesh, dict]:
-    """The mesh of the depth maps' fused TSDF, and counts (tiles, voxels, seconds)."""
-    if dv.num_views == 0 or not np.any(dv.depth > 0):
-        raise MVSError("mesh (tsdf): the depth maps hold no valid depth")
-    if tile < 8:
-        raise ValueError("tile must be at least 8 voxels")
-    t0 = time.perf_counter()
-    samples = depth_samples(dv, sample_stride)
-    # samples `sample_stride` px apart lie up to ~2 strides of footprint apart on oblique surfaces
-    gap = 2.0 * sample_stride * pixel_footprint(dv)
-    origin, tiles = plan_tiles(samples, voxel, truncation + gap, tile)
-    del samples
-    if backend == "cuda":
-        from ..gpu.loader import import_cupy  # noqa: PLC0415
-        from .cuda import tsdf_integrate  # noqa: PLC0415
-
-        xp = import_cupy()
-    else:
-        tsdf_integrate = _twin().tsdf_integrate
-        xp = np
-    groups = _view_groups(dv, max_map_bytes)
-    resident = None
-    if len(groups) == 1:
-        resident = _upload(xp, dv, *groups[0])
-    shape = (tile, tile, tile)
-    parts, vertex_count, seconds_march = [], 0, 0.0
-    for a in tiles:
-        tile_origin = origin + a * (tile - 1) * voxel
-        acc = empty_accumulators(xp, shape)
-        for v0, v1 in groups:
-            arrays = resident if resident is not None else _upload(xp, dv, v0, v1)
-            tsdf_integrate(arrays["depth"], arrays["rgb"], arrays["cams"], arrays["offsets"], arrays["sizes"],
-                           (0, v1 - v0), tile_origin.astype(np.float32), voxel, truncation, shape, acc)
-        field, rgb = finish(xp, acc, shape, min_weight)
-        del acc
-        tm = time.perf_counter()
-        part = march_tile(field if xp is np else xp.asnumpy(field))
-        seconds_march += time.perf_counter() - tm
-        if part is not None:
-            verts, faces, nearest = part
-            at = xp.asarray(nearest)
-            colours = rgb[at[:, 0], at[:, 1], at[:, 2]]   # the mean colour of the voxel nearest each vertex
-            colours = np.clip(colours if xp is np else xp.asnumpy(colours), 0, 255)
-            parts.append((tile_origin + verts * voxel, faces + vertex_count, (colours + 0.5).astype(np.uint8)))
-            vertex_count += len(verts)
-    if not parts:
-        raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
-                       "and mesh.voxel_size")
-    verts = np.concatenate([p[0] for p in parts])
-    faces = np.concatenate([p[1] for p in parts])
-    colours = np.concatenate([p[2] for p in parts])
-    verts, faces, colours = weld(verts, faces, colours, voxel * 1e-3)
-    mesh = TriangleMesh(verts.astype(np.float32), faces.astype(np.int32), colours)
-    counts = {"mesh_tiles": int(len(tiles)), "mesh_voxels": int(len(tiles)) * tile ** 3,
-              "mesh_view_groups": len(groups), "mesh_march_seconds": round(seconds_march, 3),
-              "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
-    return mesh, counts
 
 
 def _view_groups(dv: DepthViews, max_map_bytes: int) -> list[tuple[int, int]]:

@@ -135,3 +135,12 @@ def test_resolved_dump_round_trips(tmp_path):
     path.write_text(dump_config(cfg))
     assert load_config(path) == cfg
     assert yaml.safe_load(path.read_text())["seed"] == 7
+
+
+def test_retired_key_of_an_older_run_is_ignored_with_a_warning(tmp_path, caplog):
+    old = tmp_path / "config.resolved.yaml"
+    old.write_text("mesh:\n  tile_voxels: null\n  voxel_pixels: 2.0\n")
+    with caplog.at_level("WARNING"):
+        cfg = load_config(str(old))
+    assert cfg.mesh.voxel_pixels == 2.0
+    assert "mesh.tile_voxels' is no longer used" in caplog.text

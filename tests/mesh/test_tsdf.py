@@ -1,4 +1,4 @@
-"""TSDF fusion (the Numba twin) and marching cubes against an analytic sphere; masks, tiles, view
+"""TSDF fusion (the Numba twins) and marching cubes against an analytic sphere; masks, batches, view
 groups, colours and bad input."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import pytest
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.mesh import cpu
-from mvs_pipeline.mesh.layout import camera_table, empty_accumulators
+from mvs_pipeline.mesh.layout import BLOCK_VOXELS, camera_table, empty_accumulators
 from mvs_pipeline.mesh.tsdf import pixel_footprint, stack_views, tsdf_mesh
 
+from .mesh_compare import assert_same_mesh
 from .sphere_views import CENTRE, RADIUS, sphere_views
 
 VOXEL = 0.02
@@ -28,7 +29,7 @@ def radial_error(mesh):
 
 def test_sphere_mesh_lies_on_the_sphere_and_faces_outwards(sphere):
     *_, dv = sphere
-    mesh, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, tile=128)
+    mesh, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL)
     err = radial_error(mesh)
     assert np.abs(err).max() < VOXEL          # every vertex within a voxel of the true surface
     assert np.median(np.abs(err)) < 0.25 * VOXEL
@@ -38,28 +39,28 @@ def test_sphere_mesh_lies_on_the_sphere_and_faces_outwards(sphere):
     f = mesh.faces
     n = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])
     assert np.mean((n * (v[f].mean(axis=1) - CENTRE)).sum(axis=1) > 0) > 0.99
-    assert counts["mesh_tiles"] == 1
+    assert counts["mesh_batches"] == 1
 
 
-def test_tiles_give_the_same_surface(sphere):
+def test_batches_give_the_same_mesh(sphere):
     *_, dv = sphere
-    one, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL, tile=128)
-    many, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, tile=16)
-    assert counts["mesh_tiles"] > 8
-    assert abs(many.area() - one.area()) < 1e-3 * one.area()   # no face lost at the tiles' seams
-    assert abs(many.num_vertices - one.num_vertices) <= 0.01 * one.num_vertices   # seams welded
+    one, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL)
+    many, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, max_block_bytes=40 * 82 * BLOCK_VOXELS)
+    assert counts["mesh_batches"] > 4
+    assert_same_mesh(many, one)   # the halos' copies merged, nothing lost
+
 
 
 def test_view_groups_add_the_same_sums(sphere):
     views, depths, colours, dv = sphere
-    shape = (24, 24, 24)
+    blocks = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3).astype(np.int32)
     origin = np.asarray(CENTRE - 0.6, np.float32)
-    whole = empty_accumulators(np, shape)
-    cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (0, dv.num_views), origin, 0.05, 0.2, shape,
+    whole = empty_accumulators(np, len(blocks) * BLOCK_VOXELS)
+    cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (0, dv.num_views), origin, 0.05, 0.2, blocks,
                        whole)
-    parts = empty_accumulators(np, shape)
+    parts = empty_accumulators(np, len(blocks) * BLOCK_VOXELS)
     for v0, v1 in ((0, 3), (3, 5), (5, dv.num_views)):
-        cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (v0, v1), origin, 0.05, 0.2, shape, parts)
+        cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (v0, v1), origin, 0.05, 0.2, blocks, parts)
     for key in whole:
         np.testing.assert_array_equal(whole[key], parts[key])
     assert whole["weight"].max() >= 3
@@ -67,8 +68,8 @@ def test_view_groups_add_the_same_sums(sphere):
 
 def test_small_map_budget_gives_the_same_mesh(sphere):
     *_, dv = sphere
-    a, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL, tile=64)
-    b, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, tile=64, max_map_bytes=2 * 7 * 96 * 72)
+    a, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL)
+    b, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, max_map_bytes=2 * 7 * 96 * 72)
     assert counts["mesh_view_groups"] == 4
     np.testing.assert_array_equal(a.vertices, b.vertices)
     np.testing.assert_array_equal(a.faces, b.faces)

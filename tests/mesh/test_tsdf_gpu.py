@@ -1,5 +1,6 @@
-"""The TSDF kernel (cuda/mesh_tsdf.cu) against its Numba twin (mesh/cpu.py): the same sums, bit for
-bit, on random inputs and edge cases; and the same mesh end to end."""
+"""The TSDF kernels (cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu) against their Numba twins (mesh/cpu.py):
+the same sums and the same marching-cubes outputs, bit for bit, on random inputs and edge cases;
+and the same mesh end to end."""
 
 from __future__ import annotations
 
@@ -7,36 +8,14 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.mesh import cpu
-from mvs_pipeline.mesh.layout import empty_accumulators
+from mvs_pipeline.mesh.layout import BLOCK_VOXELS, empty_accumulators
+from mvs_pipeline.mesh.march import neighbour_table
 from mvs_pipeline.mesh.tsdf import stack_views, tsdf_mesh
 
+from .random_views import random_views
 from .sphere_views import sphere_views
 
 pytestmark = pytest.mark.gpu
-
-
-def random_views(rng, num_views: int):
-    """Random cameras around the unit cube, random depth maps (a fifth without depth), random colours;
-    sizes differ per view."""
-    from .sphere_views import View, look_at  # noqa: PLC0415
-
-    views, depths, colours = [], [], []
-    for i in range(num_views):
-        w, h = int(rng.integers(17, 90)), int(rng.integers(13, 70))
-        f = float(rng.uniform(0.5, 1.5)) * w
-        K = np.array([[f, 0, w / 2 + rng.uniform(-3, 3)], [0, f * rng.uniform(0.9, 1.1), h / 2], [0, 0, 1.0]])
-        eye = rng.normal(size=3)
-        eye = 2.5 * eye / np.linalg.norm(eye)
-        if i == 0:
-            eye = np.array([0.0, 0.0, 0.3])   # inside the volume: voxels behind it (z <= 0)
-        R, t = look_at(eye, rng.uniform(-0.3, 0.3, 3) + (0.0 if i else 1.0))
-        d = rng.uniform(0.5, 4.0, (h, w)).astype(np.float32)
-        d[rng.random((h, w)) < 0.2] = 0.0
-        d[0, 0] = -1.0
-        views.append(View(f"r{i}", K, R, t, w, h))
-        depths.append(d)
-        colours.append(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-    return stack_views(views, depths, colours)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -45,15 +24,18 @@ def test_kernel_matches_twin_bit_for_bit(cupy, seed):
 
     rng = np.random.default_rng(seed)
     dv = random_views(rng, 7)
-    shape = (int(rng.integers(5, 40)), int(rng.integers(5, 40)), int(rng.integers(5, 40)))
+    # a random set of blocks, in random order (the kernel takes any list)
+    box = np.stack(np.meshgrid(*[np.arange(6)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    blocks = rng.permutation(box)[: int(rng.integers(20, 150))].astype(np.int32)
     origin = rng.uniform(-1.2, -0.8, 3).astype(np.float32)
     voxel, trunc = np.float32(rng.uniform(0.02, 0.08)), np.float32(rng.uniform(0.05, 0.5))
-    host = empty_accumulators(np, shape)
-    dev = empty_accumulators(cupy, shape)
+    host = empty_accumulators(np, len(blocks) * BLOCK_VOXELS)
+    dev = empty_accumulators(cupy, len(blocks) * BLOCK_VOXELS)
     for vr in ((0, 3), (3, 7), (7, 7)):   # two groups, then an empty range
-        cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, vr, origin, voxel, trunc, shape, host)
+        cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, vr, origin, voxel, trunc, blocks, host)
         cuda.tsdf_integrate(cupy.asarray(dv.depth), cupy.asarray(dv.rgb), cupy.asarray(dv.cams),
-                            cupy.asarray(dv.offsets), cupy.asarray(dv.sizes), vr, origin, voxel, trunc, shape, dev)
+                            cupy.asarray(dv.offsets), cupy.asarray(dv.sizes), vr, origin, voxel, trunc,
+                            cupy.asarray(blocks), dev)
     assert host["weight"].max() > 0 and host["rgb_weight"].max() > 0
     for key in host:
         np.testing.assert_array_equal(cupy.asnumpy(dev[key]), host[key], err_msg=key)
@@ -68,22 +50,72 @@ def test_voxels_on_pixel_edges(cupy):
     K = np.array([[4.0, 0, 0], [0, 4.0, 0], [0, 0, 1.0]])   # (u, v) = 4 (x, y) / z: at z = 2, u = 2 x
     view = View("edge", K, np.eye(3), np.zeros(3), w, h)
     dv = stack_views([view], [np.full((h, w), 2.0, np.float32)], [np.full((h, w, 3), 7, np.uint8)])
-    shape = (10, 10, 3)
-    origin = np.array([-0.5, -0.5, 2.0], np.float32)   # x, y = -0.5 .. 4.0: u, v = -1 .. 8 (the image's edge)
-    host, dev = empty_accumulators(np, shape), empty_accumulators(cupy, shape)
-    cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (0, 1), origin, 0.5, 0.2, shape, host)
+    blocks = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.int32)   # 16 x 16 x 8 voxels
+    origin = np.array([-0.5, -0.5, 2.0], np.float32)   # x, y = -0.5 .. 7.0: u, v = -1 .. 14 (past the image's edge)
+    n = len(blocks) * BLOCK_VOXELS
+    host, dev = empty_accumulators(np, n), empty_accumulators(cupy, n)
+    cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (0, 1), origin, 0.5, 0.2, blocks, host)
     cuda.tsdf_integrate(cupy.asarray(dv.depth), cupy.asarray(dv.rgb), cupy.asarray(dv.cams), cupy.asarray(dv.offsets),
-                        cupy.asarray(dv.sizes), (0, 1), origin, 0.5, 0.2, shape, dev)
+                        cupy.asarray(dv.sizes), (0, 1), origin, 0.5, 0.2, cupy.asarray(blocks), dev)
     for key in host:
         np.testing.assert_array_equal(cupy.asnumpy(dev[key]), host[key], err_msg=key)
-    assert int(host["weight"].reshape(shape)[:, :, 0].sum()) == 8 * 8   # u, v in 0 .. 7 only
+    assert int(host["weight"].reshape(len(blocks), 8, 8, 8)[:, :, :, 0].sum()) == 8 * 8   # u, v in 0 .. 7 only
 
 
-def test_gpu_and_cpu_meshes_agree():
+def random_batch(rng, num_owned: int, num_halo: int):
+    """A batch of blocks (owned rows first, then halo rows; gaps between them) and a random field on
+    them: values in -1 .. 1, a tenth NaN, some exactly 0 (ties of the sign test)."""
+    box = np.stack(np.meshgrid(*[np.arange(5)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    blocks = rng.permutation(box)[: num_owned + num_halo].astype(np.int32)
+    field = rng.uniform(-1, 1, len(blocks) * BLOCK_VOXELS).astype(np.float32)
+    field[rng.random(field.shape) < 0.1] = np.nan
+    field[rng.random(field.shape) < 0.02] = 0.0
+    return field, blocks
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cubes_kernels_match_twins_bit_for_bit(cupy, seed):
+    from mvs_pipeline.mesh import cuda  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    num_owned = int(rng.integers(10, 40))
+    field, blocks = random_batch(rng, num_owned, int(rng.integers(0, 30)))
+    nbr = neighbour_table(np, blocks, int(blocks.max()) + 2)
+    n = len(blocks) * BLOCK_VOXELS
+    out = {}
+    for name, xp, mod in (("cpu", np, cpu), ("cuda", cupy, cuda)):
+        f, nb = xp.asarray(field), xp.asarray(nbr)
+        cases, ntri, edges = xp.empty(n, xp.uint8), xp.empty(n, xp.int32), xp.empty(n, xp.uint8)
+        mod.cubes_classify(f, nb, num_owned, cases, ntri, edges)
+        nvert = ((edges & 1) + ((edges >> 1) & 1) + ((edges >> 2) & 1)).astype(xp.int64)
+        tri_end, vert_end = xp.cumsum(ntri, dtype=xp.int64), xp.cumsum(nvert)
+        faces = xp.empty((int(tri_end[-1]), 3), xp.int64)
+        nv = int(vert_end[-1])
+        vert_edge, vert_t, vert_voxel = xp.empty(nv, xp.int64), xp.empty(nv, xp.float32), xp.empty(nv, xp.int64)
+        mod.cubes_emit(f, nb, cases, edges, tri_end - ntri, vert_end - nvert, faces, vert_edge, vert_t, vert_voxel)
+        out[name] = [a if xp is np else cupy.asnumpy(a)
+                     for a in (cases, ntri, edges, faces, vert_edge, vert_t, vert_voxel)]
+    assert out["cpu"][3].shape[0] > 100
+    names = ("cases", "ntri", "edges", "faces", "vert_edge", "vert_t", "vert_voxel")
+    for a, b, what in zip(out["cpu"], out["cuda"], names):
+        np.testing.assert_array_equal(b, a, err_msg=what)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"min_surface": 2, "max_block_bytes": 40 * 82 * BLOCK_VOXELS}])
+def test_gpu_and_cpu_meshes_agree(kwargs):
     views, depths, colours = sphere_views()
     dv = stack_views(views, depths, colours)
-    a, _ = tsdf_mesh(dv, 0.02, 0.08, tile=32, backend="cpu")
-    b, _ = tsdf_mesh(dv, 0.02, 0.08, tile=32, backend="cuda")
+    a, ca = tsdf_mesh(dv, 0.02, 0.08, backend="cpu", **kwargs)
+    b, cb = tsdf_mesh(dv, 0.02, 0.08, backend="cuda", **kwargs)
+    assert ca["mesh_batches"] == cb["mesh_batches"]
     np.testing.assert_array_equal(a.faces, b.faces)
     np.testing.assert_array_equal(a.vertices, b.vertices)
     np.testing.assert_array_equal(a.colors, b.colors)
+
+
+def test_gpu_and_cpu_meshes_agree_on_random_views():
+    dv = random_views(np.random.default_rng(5), 7)
+    a, _ = tsdf_mesh(dv, 0.05, 0.2, backend="cpu")
+    b, _ = tsdf_mesh(dv, 0.05, 0.2, backend="cuda")
+    np.testing.assert_array_equal(a.faces, b.faces)
+    np.testing.assert_array_equal(a.vertices, b.vertices)
