@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from .config.loader import config_to_dict
 from .errors import MVSError
 from .io.atomic import atomic_write_text
 from .io.cloud_preview import preview_path
+from .io.file_stamps import stamp, tree_stamps
 from .sampling.stage import DSM_NAMES, INDICES_NAME, SAMPLES_NAME
 from .scene.workspace import MODEL_FILES, detect_layout
 
@@ -71,23 +71,6 @@ IGNORED_KEYS = {
     "evaluate.report_max_views",
     "evaluate.report_render_points",
 }
-
-
-def stamp(path: Path) -> list[int] | None:
-    """[size, mtime_ns] of a file (None if absent): its identity, without reading it."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-def tree_stamps(folder: Path, pattern: str = "*") -> dict[str, list[int]]:
-    """Stamps of the files under `folder` matching `pattern`, by path relative to it."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return {}
-    return {p.relative_to(folder).as_posix(): stamp(p) for p in sorted(folder.rglob(pattern)) if p.is_file()}
 
 
 def _config_items(cfg, sections: tuple[str, ...], top: tuple[str, ...] = ()) -> dict:

@@ -122,7 +122,8 @@ def test_the_cuda_path_imports_no_numba():
                "mvs_pipeline.sampling.points.fps.ops", "mvs_pipeline.sampling.points.three_nn.ops",
                "mvs_pipeline.sampling.points.voxel_pool.ops", "mvs_pipeline.sampling.points.spacing",
                "mvs_pipeline.sampling.streamed", "mvs_pipeline.sampling.points.voxel_pool.streamed",
-               "mvs_pipeline.mesh.stage", "mvs_pipeline.mesh.tsdf", "mvs_pipeline.mesh.cuda"]
+               "mvs_pipeline.mesh.stage", "mvs_pipeline.mesh.tsdf", "mvs_pipeline.mesh.cuda",
+               "mvs_pipeline.backend_start", "mvs_pipeline.depth.warm_up"]   # the warm-up beside the load stage
     code = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
             "import mvs_pipeline.cli as c; c.build_parser()\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'numba'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent, check=True)

@@ -120,7 +120,7 @@ def plot_bins(xp, values, fine_idx):
     return j
 
 
-# The four histograms of a map, end to end in one array (one bincount): fine abs, fine rel, plot abs, plot rel.
+# The four histograms of a map, end to end in one array (_bincounts): fine abs, fine rel, plot abs, plot rel.
 _N_PLOT = len(PLOT_EDGES) - 1
 _HIST_SLICES = {"hist_abs": slice(0, N_BINS), "hist_rel": slice(N_BINS, 2 * N_BINS),
                 "plot_abs": slice(2 * N_BINS, 2 * N_BINS + _N_PLOT),
@@ -157,12 +157,9 @@ def device_map_stats(xp, pred, gt) -> MapStats:
     if n:
         parts += [xp.median(abs_err), xp.median(rel_err)]
         fine_abs, fine_rel = bin_index(xp, abs_err, HIST_EDGES), bin_index(xp, rel_err, HIST_EDGES)
-        offsets = [0, N_BINS, 2 * N_BINS, 2 * N_BINS + _N_PLOT]
-        every = xp.concatenate([fine_abs + offsets[0], fine_rel + offsets[1],
-                                plot_bins(xp, abs_err, fine_abs) + offsets[2],
-                                plot_bins(xp, rel_err, fine_rel) + offsets[3]])
-        hists = xp.bincount(every, minlength=_N_ALL).astype(xp.int64, copy=False)
-        del every, fine_abs, fine_rel
+        hists = _bincounts(xp, [fine_abs, fine_rel, plot_bins(xp, abs_err, fine_abs), plot_bins(xp, rel_err, fine_rel)],
+                           [N_BINS, N_BINS, _N_PLOT, _N_PLOT])
+        del fine_abs, fine_rel
     else:
         hists = xp.zeros(_N_ALL, xp.int64)
     values = xp.stack([xp.asarray(v, dtype=xp.float64) for v in parts])
@@ -174,3 +171,15 @@ def device_map_stats(xp, pred, gt) -> MapStats:
         median_abs=float(values[7]) if n else nan, median_rel=float(values[8]) if n else nan,
         counts={k: int(values[3 + i]) for i, k in enumerate(keys)},
         **{name: hists[sl] for name, sl in _HIST_SLICES.items()})
+
+
+def _bincounts(xp, indices, sizes):
+    """int64 counts of each index array (bins 0 .. size - 1), end to end. NumPy counts each on its
+    own (concatenating them first cost 3x the counting: 11.6 against 3.4 ms at 0.5 M pixels); CuPy
+    counts all in one bincount, which waits for the GPU once (it reads the largest index to size its
+    output) instead of once per histogram."""
+    if xp is np:
+        return np.concatenate([np.bincount(i, minlength=m) for i, m in zip(indices, sizes)]).astype(np.int64, copy=False)
+    offsets = np.cumsum([0, *sizes[:-1]])
+    every = xp.concatenate([i + int(o) for i, o in zip(indices, offsets)])
+    return xp.bincount(every, minlength=int(sum(sizes))).astype(xp.int64, copy=False)

@@ -242,7 +242,7 @@ def collect_run(run_dir: Path, max_views: int = 12, render_points: int = 100_000
     if depth_json.is_file():
         d = _read_json(depth_json)
         if d and "overall" in d:
-            report["depth_metrics"] = d
+            report["depth_metrics"] = {k: v for k, v in d.items() if k != "inputs"}   # not the file stamps
             keys = ["completeness", "mean_abs_error", "median_abs_error", "mean_rel_error", "median_rel_error",
                     "within_1pct", "within_2pct", "within_2cm", "within_10cm"]
             head = "".join(f"<th>{k}</th>" for k in keys)

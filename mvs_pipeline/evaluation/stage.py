@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import MVSError
 from ..gpu.backend import resolve_backend
 from ..io.atomic import atomic_write_text
+from ..io.file_stamps import tree_stamps
 from .jsonutil import to_json
 
 log = logging.getLogger(__name__)
@@ -56,16 +57,23 @@ def _stamp(path: Path) -> dict:
     return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _read_json(path: Path):
+    import json  # noqa: PLC0415
+
+    return json.loads(path.read_text())
+
+
 def _reusable(json_path: Path, inputs: dict) -> bool:
+    """Whether `json_path` holds a result made from `inputs` (compared as JSON: lists, not tuples)."""
     import json  # noqa: PLC0415
 
     if not json_path.is_file():
         return False
     try:
-        old = json.loads(json_path.read_text())
+        old = _read_json(json_path)
     except ValueError:
         return False
-    return old.get("inputs") == inputs
+    return isinstance(old, dict) and old.get("inputs") == json.loads(json.dumps(inputs))
 
 
 def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None,
@@ -91,10 +99,21 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
         gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
         if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
             def compare_depth_maps() -> None:
+                # reused while the maps, the GT files and the settings are those it was made from: a
+                # resumed run read every map and GT map again (2.3 s at 300 views of 1024x768 on the H200)
+                inputs = {"depth_maps": tree_stamps(out_dir / "stereo" / "depth_maps", "*.bin"),
+                          "gt": str(Path(gt_dir).resolve()), "gt_files": tree_stamps(gt_dir),
+                          "gt_cameras": None if calib is None else str(Path(calib).resolve()),
+                          "error_images": cfg.error_images, "preview_views": cfg.report_max_views}
+                json_path = eval_dir / "depth.json"
+                if not overwrite and _reusable(json_path, inputs):
+                    log.info("evaluate: %s is up to date", json_path)
+                    summary["depth"] = _read_json(json_path)["overall"]
+                    return
                 depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
                                             error_images=cfg.error_images, preview_views=cfg.report_max_views,
                                             backend=backend)
-                atomic_write_text(eval_dir / "depth.json", to_json(depth))
+                atomic_write_text(json_path, to_json({**depth, "inputs": inputs}))
                 summary["depth"] = depth["overall"]
 
             depth_work = compare_depth_maps
