@@ -15,24 +15,27 @@ the backend is first read instead of before the load stage.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
 class BackendStart:
     """`resolve_backend(requested)` (and with CUDA the GPU memory budget, then, if `warm_depth`,
-    the depth stage's warm-up: depth/warm_up.py) in a daemon thread."""
+    the depth stage's warm-up: depth/warm_up.py) in a daemon thread. `sparse_dirs`: where the run's
+    sparse model may be (OUT/sparse, the input's), for the warm-up's source count."""
 
-    def __init__(self, cfg, requested: str, warm_depth: bool):
+    def __init__(self, cfg, requested: str, warm_depth: bool, sparse_dirs: tuple[Path, ...] = ()):
         self._backend: Future = Future()
         self._warm_up: Future = Future()
-        self._thread = threading.Thread(target=self._run, args=(cfg, requested, warm_depth), name="backend-start",
-                                        daemon=True)   # a run that fails early does not wait for CUDA
+        self._thread = threading.Thread(target=self._run, args=(cfg, requested, warm_depth, sparse_dirs),
+                                        name="backend-start", daemon=True)   # a run that fails early does not wait
         self._thread.start()
 
-    def _run(self, cfg, requested: str, warm_depth: bool) -> None:
+    def _run(self, cfg, requested: str, warm_depth: bool, sparse_dirs: tuple[Path, ...]) -> None:
         from .gpu.backend import resolve_backend  # noqa: PLC0415
 
         try:
@@ -48,7 +51,7 @@ class BackendStart:
         self._backend.set_result(backend)
         try:
             if backend == "cuda" and warm_depth:
-                _warm_up_depth(cfg)
+                _warm_up_depth(cfg, warm_up_sources(cfg, sparse_dirs))
         except Exception as exc:   # only a head start: the depth stage meets (and reports) any real problem
             log.debug("depth: warm-up failed: %s", exc)
         finally:
@@ -68,12 +71,29 @@ class BackendStart:
         self._warm_up.result()
 
 
-def _warm_up_depth(cfg) -> None:
-    """The depth stage's kernels, loaded by one tiny run through its solver paths, with the source
-    count a cluster worker's warm-up assumes (`auto` resolves only once the scene is loaded; a
-    scene with another kernel variant loads that one in its depth stage as before)."""
-    from .depth.warm_up import warm_up_solver  # noqa: PLC0415
+def warm_up_sources(cfg, sparse_dirs: tuple[Path, ...]) -> int:
+    """The source count to warm the solver for (its kernels are compiled for 8, 16 or 32 sources):
+    views.num_neighbors, or for `auto` (resolved only once the scene is loaded) its cap, lowered to
+    the model's image count - 1, read from the first 8 bytes of images.bin (a 6-view scene gets at
+    most 5 sources: warming the 16-source kernels would load, or on a cold cache compile, kernels
+    its depth stage never uses)."""
     from .views.params import DEFAULT_NUM_NEIGHBORS  # noqa: PLC0415
 
-    sources = cfg.views.num_neighbors if isinstance(cfg.views.num_neighbors, int) else DEFAULT_NUM_NEIGHBORS
+    if isinstance(cfg.views.num_neighbors, int):
+        return cfg.views.num_neighbors
+    for folder in sparse_dirs:
+        try:
+            with open(Path(folder) / "images.bin", "rb") as f:
+                (images,) = struct.unpack("<Q", f.read(8))
+        except (OSError, struct.error):
+            continue
+        return max(1, min(DEFAULT_NUM_NEIGHBORS, int(images) - 1))
+    return DEFAULT_NUM_NEIGHBORS
+
+
+def _warm_up_depth(cfg, sources: int) -> None:
+    """The depth stage's kernels, loaded by one tiny run through its solver paths
+    (a scene whose kernel variant differs loads its own in its depth stage, as before)."""
+    from .depth.warm_up import warm_up_solver  # noqa: PLC0415
+
     warm_up_solver(cfg, sources, "cuda")

@@ -280,7 +280,11 @@ def _start_backend(ctx: RunContext, stages: list[str]) -> None:
     else:
         warm_depth = "depth" in stages and cfg.cluster.kind == "none" and (
             ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth"))
-        ctx.resolved_backend, ctx.backend_start = None, BackendStart(cfg, cfg.backend, warm_depth)
+        # the model the depth stage will read: OUT's once load has run, else the input's (COLMAP's
+        # layouts; other layouts warm for the default source count)
+        sparse_dirs = (ctx.out_dir / "sparse", *((ctx.sparse,) if ctx.sparse is not None else ()),
+                       Path(ctx.workspace) / "sparse", Path(ctx.workspace) / "sparse" / "0")
+        ctx.resolved_backend, ctx.backend_start = None, BackendStart(cfg, cfg.backend, warm_depth, sparse_dirs)
         return
     log.info("backend: %s (requested %s)", ctx.backend, cfg.backend)
 

@@ -14,6 +14,8 @@ from mvs_pipeline.config.loader import load_config
 from mvs_pipeline.errors import BackendUnavailable
 from mvs_pipeline.gpu import backend as gpu_backend
 from mvs_pipeline.pipeline import RunContext, run_pipeline
+from mvs_pipeline.views.params import DEFAULT_NUM_NEIGHBORS
+from tests.tiny_model import write_colmap_project
 
 
 def test_resolved_in_the_thread_as_inline(monkeypatch):
@@ -53,6 +55,17 @@ def test_a_run_records_the_backend_resolved_in_the_background(synth_scene_factor
         "# resolved configuration of this run; backend resolved to: cpu\n")
 
 
+def test_warm_up_source_count(tmp_path):
+    """`auto` neighbours: the cap, lowered to the model's image count - 1 (images.bin's first 8
+    bytes); a set count as it is."""
+    write_colmap_project(tmp_path / "ws", num_views=5)
+    auto = load_config(None)
+    dirs = (tmp_path / "out" / "sparse", tmp_path / "ws" / "sparse", tmp_path / "ws" / "sparse" / "0")
+    assert backend_start.warm_up_sources(auto, dirs) == 4
+    assert backend_start.warm_up_sources(auto, (tmp_path / "nowhere",)) == DEFAULT_NUM_NEIGHBORS
+    assert backend_start.warm_up_sources(load_config(None, ["views.num_neighbors=7"]), dirs) == 7
+
+
 @pytest.mark.gpu
 def test_warm_up_loads_what_the_depth_stage_loads(synth_scene_factory, tmp_path):
     """After BackendStart's warm-up the depth stage of a run with the default source count loads
@@ -60,7 +73,8 @@ def test_warm_up_loads_what_the_depth_stage_loads(synth_scene_factory, tmp_path)
     from mvs_pipeline.gpu import loader
 
     scene = synth_scene_factory("object", views=12, width=320, height=240)
-    start = backend_start.BackendStart(load_config(None, ["backend=cuda"]), "cuda", warm_depth=True)
+    start = backend_start.BackendStart(load_config(None, ["backend=cuda"]), "cuda", warm_depth=True,
+                                       sparse_dirs=(scene / "sparse" / "0", scene / "sparse"))
     assert start.backend() == "cuda"
     start.wait_warm_up()
     before = loader._load.cache_info().misses
