@@ -41,8 +41,9 @@ from .march import halo_blocks, march_batch, merge_parts, shared_blocks
 
 log = logging.getLogger(__name__)
 
-# a batch's bytes per voxel on the device: accumulators 24, field 4, cube case, edges and triangle
-# count 6, the edges' vertex numbers and their prefix sum 3 x (4 + 8 + 4)
+# a batch's bytes per voxel on the device: accumulators 24, field 4, cube case, edges, triangle and
+# vertex counts 7, their prefix sums and first numbers 4 x 8, the output (~0.05 vertex of 36 bytes and
+# ~0.09 face of 24 bytes a voxel on the object) ~4, and slack
 BATCH_BYTES_PER_VOXEL = 82
 FOOTPRINT_GRID = 256
 
