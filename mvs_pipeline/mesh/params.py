@@ -22,13 +22,15 @@ class MeshConfig:
         "run the mesh stage after fusion in a `run` without --stages (OUT/mesh.ply); --stages ...,mesh or "
         "`mvs-pipeline mesh OUT` run it regardless"))
     # poisson, measured (CPU, benchmarks/bench_mesh.py, ETH3D scores at 2 cm of mesh vs fused cloud):
-    # object 10x320x240: cloud acc 0.977 / F1 0.871, poisson 0.977 / 0.870, tsdf 0.954 / 0.895;
-    # courtyard 10x320x240 (a hard scene: 3.3 cm pixel footprint): cloud 0.690 / 0.307, poisson
-    # 0.681 / 0.368, tsdf 0.500 / 0.364 (voxel 4.9 cm). Poisson keeps the cloud's accuracy (fusion's
-    # filters made it) and adds completeness; the TSDF fuses the unfiltered maps.
+    # object 10x320x240 (seed 139): cloud acc 0.977 / F1 0.871, poisson 0.977 / 0.870, tsdf 0.954 / 0.895
+    # (before min_surface_views); courtyard 10x320x240 (a hard scene: 3.3 cm pixel footprint): cloud
+    # 0.690 / 0.307, poisson 0.681 / 0.368, tsdf 0.500 / 0.364 (voxel 4.9 cm). Poisson keeps the cloud's
+    # accuracy (fusion's filters made it) and adds completeness. The TSDF (seed 101, min_surface_views 2):
+    # object 0.965 / 0.861 (cloud 0.974 / 0.865); courtyard 0.463 / 0.289 (cloud 0.594 / 0.249, perfect
+    # depth maps 0.924 / 0.719: its 4.8 cm voxels bound the accuracy at 2 cm).
     method: Literal["poisson", "tsdf"] = field(default="poisson", metadata=meta(
         "poisson = screened Poisson of OUT/fused.ply (Open3D), trimmed near the cloud; tsdf = TSDF fusion of "
-        "the depth maps (GPU kernel or CPU twin) and marching cubes (scikit-image)"))
+        "the depth maps near their surfaces and marching cubes there (GPU kernels or CPU twins)"))
     # Poisson
     poisson_depth: int | None = field(default=None, metadata=meta(
         "octree depth of the Poisson solve (null = the smallest whose finest cell is at most "
@@ -47,10 +49,14 @@ class MeshConfig:
     voxel_size: float | None = field(default=None, metadata=meta(
         "TSDF voxel edge (null = voxel_pixels times the median pixel footprint, i.e. median depth / focal "
         "length over the views)", "m", (1e-6, 1e3)))
-    # 1.5, measured (object 10x320x240, CPU, F1 / accuracy at 2 cm): 1.0 -> 0.902 / 0.959 with 2.6x the
-    # faces and 4x the time, 1.5 -> 0.895 / 0.954, 2.5 -> 0.873 / 0.924 (below the 0.95 goal).
+    # 1.5, measured (object 10x320x240 seed 101, CPU, min_surface_views 2, accuracy / F1 at 2 cm): 1.0 ->
+    # 0.971 / 0.864 with 2x the faces, 1.5 -> 0.965 / 0.859, 2.0 -> 0.958 / 0.854. (Seed 139, before
+    # min_surface_views: 1.0 -> 0.959 / 0.902, 1.5 -> 0.954 / 0.895, 2.5 -> 0.924 / 0.873.)
     voxel_pixels: float = field(default=1.5, metadata=meta(
         "with voxel_size null: the voxel edge in pixel footprints", "pixels", (0.1, 100.0)))
+    # 4, measured (object 10x320x240 seed 101, CPU, min_surface_views 2, accuracy / F1 at 2 cm): 2 ->
+    # 0.982 / 0.854, 3 -> 0.973 / 0.858, 4 -> 0.965 / 0.859, 6 -> 0.944 / 0.856; courtyard 3 -> 0.487 /
+    # 0.259, 4 -> 0.502 / 0.302 (an earlier grid placement: +-2 points from where the lattice falls).
     truncation_voxels: float = field(default=4.0, metadata=meta(
         "TSDF truncation distance in voxels (a view updates voxels up to this far behind its surface)",
         "voxels", (1.0, 100.0)))

@@ -40,13 +40,13 @@ RECORD_NAME = "mesh.json"
 
 
 def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
-    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth')."""
-    import cv2  # noqa: PLC0415
+    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth'). Views are
+    read in a pool of threads (file reads and image decoding release the GIL): 40 maps and images of
+    3200x2130 are seconds one after another."""
+    import os  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from ..fusion.inputs import resolve_map_type  # noqa: PLC0415
-    from ..io.colmap_maps import read_depth_map  # noqa: PLC0415
-    from ..io.object_masks import mask_path_for, read_object_mask  # noqa: PLC0415
-    from ..io.photos import read_colour  # noqa: PLC0415
     from .tsdf import stack_views  # noqa: PLC0415
 
     stereo_dir = Path(stereo_dir)
@@ -54,30 +54,36 @@ def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
     if not folder.is_dir() or not any(folder.glob("*.bin")):
         raise MVSError(f"mesh (tsdf): no depth maps in {folder}; run the depth stage first, or use mesh.method: poisson")
     map_type = resolve_map_type(scene, stereo_dir, "auto")
-    views, depths, colours = [], [], []
-    for view in scene.views:
-        path = folder / f"{view.name}.{map_type}.bin"
-        if not path.is_file():
-            continue
-        depth = read_depth_map(path)
-        if depth.shape != (view.height, view.width):
-            raise MVSError(f"{path}: depth map of image '{view.name}' is {depth.shape[1]}x{depth.shape[0]} px but the "
-                           f"camera is {view.width}x{view.height}")
-        depth = np.where(np.isfinite(depth), depth, 0.0).astype(np.float32)
-        if mask_dir is not None:
-            mask = mask_path_for(Path(mask_dir), view.name)
-            if mask is not None:
-                depth[~read_object_mask(mask, view.name, view.width, view.height)] = 0.0
-        bgr = read_colour(view.image_path)
-        if bgr is None:
-            raise MVSError(f"{view.image_path}: image '{view.name}' not found or not readable")
-        views.append(view)
-        depths.append(depth)
-        colours.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    views = [v for v in scene.views if (folder / f"{v.name}.{map_type}.bin").is_file()]
     if not views:
         raise MVSError(f"mesh (tsdf): no {map_type} depth map of the scene's images in {folder}")
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        loaded = list(pool.map(lambda v: _load_view(v, folder / f"{v.name}.{map_type}.bin", mask_dir), views))
     log.info("mesh: TSDF of %d %s depth maps", len(views), map_type)
-    return stack_views(views, depths, colours)
+    return stack_views(views, [d for d, _ in loaded], [c for _, c in loaded])
+
+
+def _load_view(view, path: Path, mask_dir) -> tuple[np.ndarray, np.ndarray]:
+    """(depth [H, W] float32, 0 where none or masked; colours [H, W, 3] uint8 RGB) of one view."""
+    import cv2  # noqa: PLC0415
+
+    from ..io.colmap_maps import read_depth_map  # noqa: PLC0415
+    from ..io.object_masks import mask_path_for, read_object_mask  # noqa: PLC0415
+    from ..io.photos import read_colour  # noqa: PLC0415
+
+    depth = read_depth_map(path)
+    if depth.shape != (view.height, view.width):
+        raise MVSError(f"{path}: depth map of image '{view.name}' is {depth.shape[1]}x{depth.shape[0]} px but the "
+                       f"camera is {view.width}x{view.height}")
+    depth = np.where(np.isfinite(depth), depth, 0.0).astype(np.float32)
+    if mask_dir is not None:
+        mask = mask_path_for(Path(mask_dir), view.name)
+        if mask is not None:
+            depth[~read_object_mask(mask, view.name, view.width, view.height)] = 0.0
+    bgr = read_colour(view.image_path)
+    if bgr is None:
+        raise MVSError(f"{view.image_path}: image '{view.name}' not found or not readable")
+    return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, backend: str = "cpu",

@@ -41,9 +41,11 @@ from .march import halo_blocks, march_batch, merge_parts, shared_blocks
 
 log = logging.getLogger(__name__)
 
-# a batch's bytes per voxel on the device: accumulators 24, field 4, cube case, edges and triangle
-# count 6, the edges' vertex numbers and their prefix sum 3 x (4 + 8 + 4)
+# a batch's bytes per voxel on the device: accumulators 24, field 4, cube case, edges, triangle and
+# vertex counts 7, their prefix sums and first numbers 4 x 8, the output (~0.05 vertex of 36 bytes and
+# ~0.09 face of 24 bytes a voxel on the object) ~4, and slack
 BATCH_BYTES_PER_VOXEL = 82
+FOOTPRINT_GRID = 256
 
 
 @dataclass
@@ -82,10 +84,14 @@ def stack_views(views, depths: list, colours: list) -> DepthViews:
 
 def pixel_footprint(dv: DepthViews) -> float:
     """Median over the views of (median valid depth / focal length): metres one pixel spans on the
-    surface, head on."""
+    surface, head on. A view's median is taken over a grid of at least FOOTPRINT_GRID pixels a side
+    (all of a 320x240 map, every 8th row and column of a 3200x2130 one: a median of 6.8 M depths is
+    0.1-0.6 s on the host, 40 of them seconds; the grid's median is within ~0.2 % of it)."""
     per_view = []
     for v in range(dv.num_views):
         d = dv.view_depth(v)
+        step = max(1, min(d.shape) // FOOTPRINT_GRID)
+        d = d[::step, ::step]
         valid = d[d > 0]
         if len(valid):
             f = 0.5 * (float(dv.K[v][0, 0]) + float(dv.K[v][1, 1]))
