@@ -200,8 +200,6 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
         # for the GPU still falls back to the CPU instead of failing.
         backend = "cpu" if resolve_backend("auto") == "cpu" else "auto"
     info = timings if timings is not None else {}
-    if do_samples and pools(cfg) and cfg.pre_pool_voxel_size is None:
-        _import_in_background("scipy.spatial")  # the spacing estimate's KD-tree
     t0 = time.perf_counter()
     layout = read_layout(fused_ply) if do_samples and fused_ply.is_file() else None
     if layout is not None and layout.count == 0:
@@ -239,20 +237,6 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
         log.info("sampling: DSM %d x %d cells of %.4g m -> %s", raster.height.shape[1], raster.height.shape[0],
                  raster.cell_size, paths["dsm"])
     return {k: p for k, p in paths.items() if p.exists()}  # no ortho.png without colours
-
-
-def _import_in_background(module: str) -> None:
-    """Import `module` in a thread while fused.ply is read. scipy.spatial's import was most of the
-    spacing step: 0.7 s of 0.8 s on the project's CPU (its KD-tree query of 100 k points: 0.1 s).
-    Reading releases the GIL (file reads, NumPy, the GPU's copies), so the two overlap; the spacing
-    step's own import then waits on Python's import lock for the rest. Not a daemon thread: an
-    interpreter that exits meanwhile lets the import finish instead of killing it half done."""
-    import importlib  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    if module not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=(module,), name=f"import {module}").start()
 
 
 def _log_steps(info: dict, written: int, path: Path) -> None:
