@@ -35,7 +35,14 @@ from ..attributes import attribute_matrix, available_attributes, restore_attribu
 from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
 from ..device_cloud import to_device, to_host_cloud
-from .frame import MAX_KEY, VoxelFrame, coordinate_keys, voxel_coordinates, voxel_frame, voxel_keys  # noqa: F401 (re-exported)
+from .frame import (  # noqa: F401 (MAX_KEY, voxel_coordinates: re-exported, their home before frame.py)
+    MAX_KEY,
+    VoxelFrame,
+    coordinate_keys,
+    voxel_coordinates,
+    voxel_frame,
+    voxel_keys,
+)
 
 
 def _twin():
