@@ -193,7 +193,8 @@ def main() -> int:
                        "streamed": "chunk_rows" in steps,
                        **{k: steps.get(f"{k}_seconds", 0.0) for k in STEPS}}
                 split = ", ".join(f"{k} {row[k]:.2f}" for k in STEPS)
-                how = f", in chunks of {steps['chunk_rows']} and parts of {steps['part_points']}" if row["streamed"] else ""
+                how = (f", in chunks of {steps['chunk_rows']} and parts of {steps['part_points']}"
+                       if row["streamed"] else "")
                 print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {row['samples']} points "
                       f"(pooled {row['pooled']}{how}); steps: {split}", flush=True)
                 row["disk_write"], row["disk_fsync"] = disk_check(out)

@@ -24,6 +24,24 @@ def test_numpy_columns_are_axis_0_reductions(dtype):
     np.testing.assert_array_equal(column_sums(a, np.float64), a.sum(axis=0, dtype=np.float64))
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 1003])
+def test_numpy_bounds_fold_rows_exactly(n):
+    """The folded NumPy path (rows viewed 16 at a time) against plain axis-0 reductions: every row
+    count around the fold's width, the extremes in the remainder rows too, NaN propagated, and a
+    non-contiguous view."""
+    rng = np.random.default_rng(n)
+    a = rng.normal(size=(n, 3)).astype(np.float32)
+    a[-1] = [-9.0, 9.0, 0.5]
+    for arr in (a, a[::2], np.asfortranarray(a), a.astype(np.int64)):
+        lo, hi = column_bounds(arr)
+        np.testing.assert_array_equal(lo, arr.min(axis=0))
+        np.testing.assert_array_equal(hi, arr.max(axis=0))
+        assert lo.dtype == arr.dtype and lo.shape == (3,)
+    b = a.copy()
+    b[n // 2, 1] = np.nan
+    np.testing.assert_array_equal(column_bounds(b)[0], b.min(axis=0))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_cupy_columns_equal_numpy(cupy, dtype):

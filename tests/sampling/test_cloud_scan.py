@@ -48,3 +48,19 @@ def test_subnormal_bounds_are_flushed():
     np.testing.assert_array_equal(scan.lo, [0.0, 0.0, 2.0])   # as_points flushes -1e-40 and 1e-39 to 0
     np.testing.assert_array_equal(scan.hi, [5.0, 1.0, 3.0])
     assert scan.sample is None
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, -2.5, 3e-38],              # all normal: returned as they are, no copy
+    [0.0, -0.0, 1.0],                # zeros: the full test, nothing to flush
+    [1e-40, -1e-39, 0.0, 2.0],       # subnormals of both signs beside a zero
+    [],
+])
+def test_flush_subnormals_against_the_definition(values):
+    from mvs_pipeline.sampling.points.validate import flush_subnormals
+
+    arr = np.array(values, np.float32)
+    got = flush_subnormals(arr)
+    want = np.where(np.abs(arr) < np.finfo(np.float32).tiny, np.float32(0), arr)
+    np.testing.assert_array_equal(got, want)
+    assert (got is arr) == (not np.any((arr != 0) & (np.abs(arr) < np.finfo(np.float32).tiny)))

@@ -185,3 +185,28 @@ def test_gpu_public_api_matches_cpu(cupy):
     b = voxel_pool(xyz, feats, 0.07, backend="cpu")
     for name in ("xyz", "features", "counts", "coords", "point_voxel"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_float_attributes_checked_and_flushed():
+    """Float attribute columns are checked (NaN raises) and their subnormals pooled as 0 (what the
+    GPU's flush-to-zero arithmetic would make of them); integer columns need neither."""
+    from mvs_pipeline.sampling.points.voxel_pool.ops import pool_point_cloud
+
+    pc = attributed_cloud(3000, 5)
+    pc.xyz[[5, 9]] = [[50, 50, 50], [60, 60, 60]]  # alone in their voxels: their means are their values
+    pc.extra["weight"] = np.random.default_rng(2).random(3000).astype(np.float32)
+    tiny = PointCloud(xyz=pc.xyz, normals=pc.normals.copy(), colors=pc.colors,
+                      extra={**pc.extra, "weight": pc.extra["weight"].copy()})
+    tiny.normals[[5, 77], 1] = [1e-40, -3e-39]
+    tiny.extra["weight"][9] = 2e-41
+    assert voxel_downsample(tiny, 0.3, backend="cpu").extra["weight"][-1] == 0  # flushed, not 2e-41
+    flushed = PointCloud(xyz=pc.xyz, normals=tiny.normals.copy(), colors=pc.colors,
+                         extra={**pc.extra, "weight": tiny.extra["weight"].copy()})
+    flushed.normals[[5, 77], 1] = 0
+    flushed.extra["weight"][9] = 0
+    a, b = voxel_downsample(tiny, 0.3, backend="cpu"), voxel_downsample(flushed, 0.3, backend="cpu")
+    np.testing.assert_array_equal(a.normals, b.normals)
+    np.testing.assert_array_equal(a.extra["weight"], b.extra["weight"])
+    tiny.normals[12, 0] = np.nan
+    with pytest.raises(MVSError, match="NaN"):
+        pool_point_cloud(tiny, 0.3, backend="cpu")

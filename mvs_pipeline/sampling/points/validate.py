@@ -38,6 +38,13 @@ def to_host(arr) -> np.ndarray:
 def flush_subnormals(arr):
     """`arr` (float32, NumPy or CuPy) with subnormal values replaced by 0 (no copy if none)."""
     xp = array_module(arr)
+    if arr.size == 0:
+        return arr
+    # The common case in two passes (|x| and its minimum) instead of five: no magnitude below
+    # FLT_MIN at all. Exact zeros fail it too and take the full test (0.7 s of 2 s of CPU pooling
+    # at 5 M points went to the full test of every attribute column).
+    if bool(xp.abs(arr).min() >= _FLT_MIN):
+        return arr
     subnormal = (arr != 0) & (xp.abs(arr) < _FLT_MIN)
     if bool(subnormal.any()):
         arr = xp.where(subnormal, arr.dtype.type(0), arr)

@@ -35,7 +35,14 @@ from ..attributes import attribute_matrix, available_attributes, restore_attribu
 from ..local_frame import frame_centre, is_double, offsets
 from ..validate import array_module, as_points, flush_subnormals, gpu_memory_fallback, to_host
 from ..device_cloud import to_device, to_host_cloud
-from .frame import MAX_KEY, VoxelFrame, coordinate_keys, voxel_coordinates, voxel_frame, voxel_keys  # noqa: F401 (re-exported)
+from .frame import (  # noqa: F401 (MAX_KEY, voxel_coordinates: re-exported, their home before frame.py)
+    MAX_KEY,
+    VoxelFrame,
+    coordinate_keys,
+    voxel_coordinates,
+    voxel_frame,
+    voxel_keys,
+)
 
 
 def _twin():
@@ -169,14 +176,23 @@ def _checked_features(features, n: int, xp):
     return flush_subnormals(feats)
 
 
-def _check_features_in_place(feats) -> None:
-    """_checked_features' checks of a float32 view, its subnormals flushed where they lie."""
-    xp = array_module(feats)
-    if not bool(xp.isfinite(feats).all()):
-        raise MVSError("features contain NaN or infinite values")
-    flushed = flush_subnormals(feats)
-    if flushed is not feats:
-        feats[...] = flushed
+def _check_float_columns(table, layout, cloud: PointCloud) -> None:
+    """_checked_features' checks of the attribute columns of table [N, 3 + C] (layout from
+    attribute_matrix) that came from float attributes, subnormals flushed where they lie. Integer
+    and bool attributes (colours, `support`) convert to finite float32 values that are never
+    subnormal, so their columns are not scanned."""
+    xp = array_module(table)
+    col = 3
+    for name, width in layout:
+        values = {"normals": cloud.normals, "colors": cloud.colors}.get(name, cloud.extra.get(name))
+        if np.dtype(values.dtype).kind == "f":
+            block = table[:, col:col + width]
+            if not bool(xp.isfinite(block).all()):
+                raise MVSError("features contain NaN or infinite values")
+            flushed = flush_subnormals(block)
+            if flushed is not block:
+                block[...] = flushed
+        col += width
 
 
 def voxel_pool(xyz, features=None, voxel_size: float = 0.01, origin=None, *, backend: str = "auto") -> PooledVoxels:
@@ -247,7 +263,7 @@ def pool_in_frame(cloud: PointCloud, centre: np.ndarray, frame: VoxelFrame, back
     table, layout = attribute_matrix(cloud, available_attributes(cloud), lead=3)
     table[:, :3] = pts
     del pts
-    _check_features_in_place(table[:, 3:])
+    _check_float_columns(table, layout, cloud)
     pooled = _pool(table, frame, backend)
     iv = pooled.intervals
     means = pooled.means
