@@ -89,6 +89,11 @@ def row(views: int, width: int, height: int, wall: float, rss: int, out: Path, s
         "bytes_per_input_pixel_by_entry": {k: round(v / pixels, 2) for k, v in sizes.items() if v / pixels >= 0.05},
         "fused_points": counts.get("fused_points"), "sampled_points": counts.get("sampled_points"),
         "backend": run["backend"],
+        # where the sampling stage's time went and whether it streamed (sampling/streamed.py), and
+        # what the earlier stages left free on the device as each stage started
+        "sampling_step_s": counts.get("sampling_step_seconds"), "sampling_streamed": counts.get("sampling_streamed"),
+        "gpu_free_at_start_gib": {k: round(v / GIB, 2) for k, v in counts.get("stage_gpu_free_at_start_bytes", {}).items()
+                                  if v is not None},
     }
 
 

@@ -7,6 +7,7 @@ already exists (resume), unless `overwrite` is set. This module only composes th
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -231,9 +232,22 @@ def _reset_gpu_pool(backend: str):
         return None
     from .gpu.loader import import_cupy  # noqa: PLC0415
 
-    pool = import_cupy().get_default_memory_pool()
+    # device arrays an earlier stage left in reference cycles (texture caches, solvers) are freed
+    # only by the cycle collector; without it they held the GPU the sampling stage planned with
+    gc.collect()
+    cp = import_cupy()
+    pool = cp.get_default_memory_pool()
     pool.free_all_blocks()
     return pool
+
+
+def _gpu_free_bytes(backend: str) -> int | None:
+    """The device's free bytes (cudaMemGetInfo) as a stage starts: what earlier stages left held."""
+    if backend != "cuda":
+        return None
+    from .gpu.loader import import_cupy  # noqa: PLC0415
+
+    return int(import_cupy().cuda.runtime.memGetInfo()[0])
 
 
 def process_seconds() -> float | None:
@@ -326,6 +340,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             # load uses no GPU, and the backend may still be starting (backend_start.py) as it runs; the
             # depth warm-up's few MB may still come and go during views, which are counted there
             pool = _reset_gpu_pool(ctx.backend) if name != "load" else None
+            if pool is not None:
+                ctx.counts.setdefault("stage_gpu_free_at_start_bytes", {})[name] = _gpu_free_bytes(ctx.backend)
             _reset_host_peak()
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)

@@ -25,6 +25,11 @@ HEADROOM = 0.9
 # The whole-cloud path: fused.ply's records, their columns and the pooling of all of them at once
 # (the stage's estimate before the streamed path existed, kept as the switch between the two).
 WHOLE_SCRATCH_BYTES = 160
+# The same on the GPU, from the H200's pool peaks: 9.32 GiB for the 60.1 M points of the 300-view
+# street (764cf90), 166 B per point with fusion's 27-byte records; 48 makes the estimate 201 B.
+# With 160 the 206 M points of 1000 views asked for 72 GB of the budget and took the streamed
+# path, ~5x slower per point there (BENCHMARKS "Scale"), for a whole path that needs ~34 GB.
+GPU_WHOLE_SCRATCH_BYTES = 48
 # A pooling part, per point: its gathered columns (28 B for fusion's layout), then the table
 # [xyz | attributes] (40 B), keys and sort (~40 B), the means (40 B) and the restored attributes:
 # 156 B measured on NumPy with as many voxels as points, +40 % for CuPy's sort buffers and pool.
@@ -51,13 +56,15 @@ class MemoryPlan:
     bin_bits: int = MAX_BIN_BITS
 
 
-def whole_bytes(count: int, record_bytes: int, fields: int) -> int:
-    return count * (3 * record_bytes + 8 * fields + WHOLE_SCRATCH_BYTES)
+def whole_bytes(count: int, record_bytes: int, fields: int, scratch: int = WHOLE_SCRATCH_BYTES) -> int:
+    return count * (3 * record_bytes + 8 * fields + scratch)
 
 
-def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None) -> MemoryPlan | None:
-    """The plan for a cloud of `count` records of `record_bytes` (`fields` properties each)."""
-    if budget is None or whole_bytes(count, record_bytes, fields) <= HEADROOM * budget:
+def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None,
+                whole_scratch: int = WHOLE_SCRATCH_BYTES) -> MemoryPlan | None:
+    """The plan for a cloud of `count` records of `record_bytes` (`fields` properties each);
+    `whole_scratch`: the whole path's bytes per point beyond its records and columns (GPU_... there)."""
+    if budget is None or whole_bytes(count, record_bytes, fields, whole_scratch) <= HEADROOM * budget:
         return MemoryPlan(whole=True)
     bin_bits = min(MAX_BIN_BITS, max(MIN_BIN_BITS, (int(count) // 16).bit_length()))
     usable = HEADROOM * budget - BIN_BYTES * (1 << bin_bits)

@@ -152,10 +152,11 @@ def _plan(backend: str, path: Path, layout, memory_budget: int | None) -> tuple[
                            f"{memory_budget / 2**20:.1f} MiB is too small even in chunks (it needs "
                            f"{min_streamed_budget(*args) / 2**20:.1f} MiB)")
         return False, plan
+    from .memory_plan import GPU_WHOLE_SCRATCH_BYTES  # noqa: PLC0415
     from .points.validate import gpu_free_bytes, gpu_memory_fallback  # noqa: PLC0415
 
     budget = gpu_free_bytes() if memory_budget is None else int(memory_budget)
-    plan = plan_memory(*args, budget)
+    plan = plan_memory(*args, budget, GPU_WHOLE_SCRATCH_BYTES)
     if plan is not None:
         return True, plan
     gpu_memory_fallback(f"sampling {path.name} ({layout.count} points) on the GPU in chunks",
