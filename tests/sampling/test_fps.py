@@ -493,7 +493,7 @@ def test_gpu_default_path_above_2_27_points_matches_brute_force(cupy):
     GPU FPS, indices and distances. Integer lattice coordinates make exact ties common, and the
     special points put samples above 2^27: sample 1 is a tie between index 5 and 2^27 + 2 (the
     lower index wins; a key that kept 27 index bits would see 2^27 + 2 as 2), then 2^27 + 2, then
-    the lower of two duplicates at 2^27 + 4 and 2^27 + 9. ~8 GB of GPU memory."""
+    the lower of two duplicates at 2^27 + 4 and 2^27 + 9. About 10 GB of GPU memory at the peak."""
     n = (1 << 27) + 12345
     m = 300
     xyz = cupy.floor(cupy.random.RandomState(19).random_sample((n, 3), dtype=cupy.float32) * 1024)
