@@ -520,7 +520,7 @@ def test_batched_leaf_size_keeps_shared_memory_in_budget():
 
 
 def test_key_index_bits_come_from_the_header_and_set_the_limit():
-    """One source: cuda.py reads FPS_INDEX_BITS from sampling_fps_common.cuh; the limit of the
+    """cuda.py's FPS_INDEX_BITS is the #define of sampling_fps_common.cuh the kernels use; the limit of the
     persistent kernels (and of the GPU in farthest_point_sampling) is 2^FPS_INDEX_BITS, 29 bits since
     a 4-bit publication tag suffices. 1000 views pooled 161 M points, which now stay on the GPU."""
     import re

@@ -14,13 +14,11 @@ same index sequence as cpu.py.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from mvs_pipeline.arrays import column_bounds
 from mvs_pipeline.errors import MVSError
-from mvs_pipeline.gpu.loader import cu_path, get_kernel, import_cupy
+from mvs_pipeline.gpu.loader import get_kernel, import_cupy
 
 # One source per kernel variant (shared device code: sampling_fps_common.cuh); batched.py has its own.
 BLOCK_CU = "sampling_fps_block.cu"
@@ -45,22 +43,14 @@ MAX_LEAVES_PER_THREAD = 16
 MAX_POINTS_PER_LANE = 16
 # Dynamic shared memory per leaf of a block: 6 float box + 3 float coordinates of its best point.
 TREE_SHARED_BYTES_PER_LEAF = 36
-COMMON_CUH = "sampling_fps_common.cuh"
-
-
-def _header_define(header: str, name: str) -> int:
-    """The value of `#define NAME <integer>` in cuda/<header>: read from the header the kernels are
-    compiled from, so the launchers cannot disagree with them."""
-    match = re.search(rf"^#define {name} (\d+)\s*$", cu_path(header).read_text(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"cuda/{header} defines no integer {name}")
-    return int(match.group(1))
 
 
 # The persistent kernels' (fps_tree, fps_batched) keys hold a point's original index in
 # FPS_INDEX_BITS bits (29: the distance takes 31 and a 4-bit publication tag the top; why:
 # sampling_fps_common.cuh), so they take clouds of fewer than TREE_MAX_POINTS points.
-FPS_INDEX_BITS = _header_define(COMMON_CUH, "FPS_INDEX_BITS")
+# The same number as the header's #define (tests/sampling/test_fps.py compares them); a constant,
+# not read from the header at import, so the CPU path imports without the CUDA sources.
+FPS_INDEX_BITS = 29
 TREE_MAX_POINTS = 1 << FPS_INDEX_BITS
 _INDEX_MASK = TREE_MAX_POINTS - 1
 
