@@ -68,8 +68,6 @@ class RunContext:
     # called as the depth stage starts (ctx, stages), returns what ends it at the end of the run (or
     # None): commands/run.py compiles the later stages' CPU twins in the background (compile_ahead.py)
     before_depth: Callable | None = None
-    # the evaluate stage's depth-map metrics, started as the depth stage ends (evaluation/depth_ahead.py)
-    depth_metrics_ahead: object = None
 
     @property
     def backend(self) -> str:
@@ -352,10 +350,6 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             fingerprints.after_stage(ctx, name, chain)
             if name == "load":  # resolved as soon as the scene exists, so a load-only run records them too
                 _resolve_auto(ctx)
-            if name == "depth" and "evaluate" in stages:   # the maps are final: compared beside fusion
-                from .evaluation.depth_ahead import start_depth_metrics  # noqa: PLC0415
-
-                start_depth_metrics(ctx, stack)
             timings[name] = round(time.perf_counter() - t0, 3)
             ctx.stage_unix_times[name] = [round(started, 3), round(time.time(), 3)]   # to line up with e.g. nvidia-smi logs
             if pool is not None:

@@ -240,13 +240,8 @@ def preview_error_image(pred: np.ndarray, gt: np.ndarray, max_width: int = ERROR
 ERROR_IMAGE_MODES = ("previews", "all")
 
 
-class DepthMetricsCancelled(Exception):
-    """evaluate_run_depths stopped by its `cancel` event (the run was interrupted): nothing written."""
-
-
 def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, names=None,
-                        error_images: str = "all", preview_views: int = 12, backend: str = "cpu",
-                        cancel=None) -> dict:
+                        error_images: str = "all", preview_views: int = 12, backend: str = "cpu") -> dict:
     """Compare RUN/stereo/depth_maps with GT maps in gt_dir; return {"images": {...}, "overall": {...},
     "histograms": {...}}. ETH3D raw GT needs `gt_cameras` (its distorted calibration folder) and is
     resampled into the run's (undistorted) cameras.
@@ -254,8 +249,7 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     Into `error_image_dir` (if given): with error_images "all" every view's full-size error image,
     with "previews" only the first `preview_views` views in name order (the ones the report shows),
     downscaled to <= ERROR_IMAGE_MAX_WIDTH px wide. `backend` (auto, cuda, cpu) computes the maps'
-    statistics with CuPy or NumPy. `cancel` (a threading.Event, set by an interrupted run) stops it
-    between views with DepthMetricsCancelled."""
+    statistics with CuPy or NumPy."""
     if error_images not in ERROR_IMAGE_MODES:
         raise MVSError(f"error_images = {error_images!r}: expected one of {', '.join(ERROR_IMAGE_MODES)}")
     xp = np
@@ -293,8 +287,6 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
         loading = [load(i) for i in range(min(READ_AHEAD, len(names)))]
         written = []
         for i, name in enumerate(names):
-            if cancel is not None and cancel.is_set():
-                raise DepthMetricsCancelled(f"depth metrics of {run_dir} stopped after {i} of {len(names)} views")
             pair, on_device = loading[i].result()
             if i + READ_AHEAD < len(names):
                 loading.append(load(i + READ_AHEAD))

@@ -78,7 +78,7 @@ def _reusable(json_path: Path, inputs: dict) -> bool:
 
 def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None,
                  backend: str = "auto", overwrite: bool = False, depth_gt: Path | None = None,
-                 make_report: bool | None = None, depth_ahead=None) -> dict:
+                 make_report: bool | None = None) -> dict:
     """Evaluate what the run folder holds; returns {"eth3d": {cloud: result}, "depth": ..., "report": path}.
 
     `cfg` is the EvaluateConfig section (tolerances, voxel_size, beam_start_radius,
@@ -86,24 +86,37 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     report_render_points). make_report (default cfg.report) writes OUT/report.{html,json}; a
     pipeline that writes run.json after its stages should pass False and call
     `write_final_report(cfg, out_dir)` after run.json, so the report shows this run's timings.
-    `depth_ahead`: a Future of depth_metrics_job's result, started earlier (depth_ahead.py).
     """
+    from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
+
     out_dir = Path(out_dir)
     eval_dir = out_dir / "eval"
     summary: dict = {}
     gt_mlp = Path(gt_mlp) if gt_mlp is not None else find_gt_mlp(workspace)
     on_device = resolve_backend(backend) == "cuda"
     depth_work = None
-    if depth_ahead is not None:   # started as the depth stage ended (depth_ahead.py): its result, or its error
-        def depth_work() -> None:
-            overall = depth_ahead.result()
-            if overall is not None:
-                summary["depth"] = overall
-    else:
-        compare = depth_metrics_job(cfg, out_dir, workspace, depth_gt, backend, overwrite)
-        if compare is not None:
-            def depth_work() -> None:
-                summary["depth"] = compare()
+    if cfg.depth_metrics:
+        gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
+        if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
+            def compare_depth_maps() -> None:
+                # reused while the maps, the GT files and the settings are those it was made from: a
+                # resumed run read every map and GT map again (2.3 s at 300 views of 1024x768 on the H200)
+                inputs = {"depth_maps": tree_stamps(out_dir / "stereo" / "depth_maps", "*.bin"),
+                          "gt": str(Path(gt_dir).resolve()), "gt_files": tree_stamps(gt_dir),
+                          "gt_cameras": None if calib is None else str(Path(calib).resolve()),
+                          "error_images": cfg.error_images, "preview_views": cfg.report_max_views}
+                json_path = eval_dir / "depth.json"
+                if not overwrite and _reusable(json_path, inputs):
+                    log.info("evaluate: %s is up to date", json_path)
+                    summary["depth"] = _read_json(json_path)["overall"]
+                    return
+                depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
+                                            error_images=cfg.error_images, preview_views=cfg.report_max_views,
+                                            backend=backend)
+                atomic_write_text(json_path, to_json({**depth, "inputs": inputs}))
+                summary["depth"] = depth["overall"]
+
+            depth_work = compare_depth_maps
 
     # The depth maps are compared while the first cloud is read (issue 21: at 40 x 3200x2130 the
     # maps took 2.3 s and each cloud ~1 s to read on the H100 machine). Not while clouds are
@@ -115,41 +128,6 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     if cfg.report if make_report is None else make_report:
         summary["report"] = str(write_final_report(cfg, out_dir))
     return summary
-
-
-def depth_metrics_job(cfg, out_dir: Path, workspace: Path | None, depth_gt: Path | None, backend: str,
-                      overwrite: bool, cancel=None):
-    """A callable that writes OUT/eval/depth.json (or finds it up to date) and returns its "overall"
-    metrics; None when there is nothing to compare (depth_metrics off, no GT depth, no depth maps).
-    `cancel` (a threading.Event) stops it between views (depth_ahead.py)."""
-    if not cfg.depth_metrics:
-        return None
-    out_dir = Path(out_dir)
-    gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
-    if gt_dir is None or not (out_dir / "stereo" / "depth_maps").is_dir():
-        return None
-    eval_dir = out_dir / "eval"
-
-    def compare_depth_maps() -> dict:
-        from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
-
-        # reused while the maps, the GT files and the settings are those it was made from: a
-        # resumed run read every map and GT map again (2.3 s at 300 views of 1024x768 on the H200)
-        inputs = {"depth_maps": tree_stamps(out_dir / "stereo" / "depth_maps", "*.bin"),
-                  "gt": str(Path(gt_dir).resolve()), "gt_files": tree_stamps(gt_dir),
-                  "gt_cameras": None if calib is None else str(Path(calib).resolve()),
-                  "error_images": cfg.error_images, "preview_views": cfg.report_max_views}
-        json_path = eval_dir / "depth.json"
-        if not overwrite and _reusable(json_path, inputs):
-            log.info("evaluate: %s is up to date", json_path)
-            return _read_json(json_path)["overall"]
-        depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
-                                    error_images=cfg.error_images, preview_views=cfg.report_max_views,
-                                    backend=backend, cancel=cancel)
-        atomic_write_text(json_path, to_json({**depth, "inputs": inputs}))
-        return depth["overall"]
-
-    return compare_depth_maps
 
 
 def _clouds_to_score(cfg, out_dir: Path, gt_mlp: Path | None, overwrite: bool) -> list[tuple[str, Path, dict]]:
@@ -261,7 +239,6 @@ def run(ctx) -> None:
     """The pipeline's `evaluate` stage: `ctx` is pipeline.RunContext. The report is written by the
     pipeline after run.json, so that it shows this run's timings (write_final_report)."""
     summary = evaluate_run(ctx.cfg.evaluate, ctx.out_dir, gt_mlp=ctx.gt, workspace=ctx.workspace,
-                           backend=ctx.backend, overwrite=ctx.overwrite, make_report=False,
-                           depth_ahead=ctx.depth_metrics_ahead)
+                           backend=ctx.backend, overwrite=ctx.overwrite, make_report=False)
     for cloud, scores in summary.get("eth3d", {}).items():
         ctx.counts[f"f1_{cloud}"] = scores["f1"]
