@@ -14,8 +14,8 @@ the sky. Rows:
   threads N           wall ms per view of all views loaded REPEAT x ROUNDS times by a pool of N threads
                       (throughput, as fusion's _ViewCache loads them; --cv-threads sets cv2.setNumThreads)
 
-Single calls are timed --repeat times (wall clock, after one untimed call): best and median, and the range.
-The machine may be shared; compare rows of one run.
+Single calls are timed --repeat times after one untimed call: wall clock (best, median, range) and process
+CPU time of all threads (best, median; OpenCV's own threads included), which a shared machine disturbs less.
 
     python benchmarks/bench_fusion_inputs.py --scene /tmp/lv_scene --workdir /tmp/lv_maps --repeat 7
     python benchmarks/bench_fusion_inputs.py --scene /tmp/lv_scene --threads 1,2,4 --cv-threads -1,1
@@ -43,6 +43,12 @@ from mvs_pipeline.fusion.inputs import ViewInputs, load_view, local_grey_std
 from mvs_pipeline.fusion.speckles import min_segment_pixels, small_segments
 from mvs_pipeline.io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map
 from mvs_pipeline.io.photos import read_colour
+
+try:
+    from mvs_pipeline.fusion.inputs import low_texture
+except ImportError:   # before 2026-11 (session 22): so that the same script measures the earlier commits
+    def low_texture(bgr, min_texture):
+        return local_grey_std(bgr) < min_texture
 
 CARRY = 4   # px: PatchMatch's window carries a surface's depth about half a window onto the sky
 
@@ -80,32 +86,34 @@ def prepare(scene: Path, workdir: Path) -> list[ViewInputs]:
         normal_path = workdir / "stereo" / "normal_maps" / f"{image.name}.geometric.bin"
         gt = np.load(scene / "gt" / "depth" / f"{name}.npy")
         h, w = gt.shape
-        if not depth_path.is_file() or not normal_path.is_file():
-            depth_path.parent.mkdir(parents=True, exist_ok=True)
-            normal_path.parent.mkdir(parents=True, exist_ok=True)
-            d = damaged(gt, rng)
-            n = np.load(scene / "gt" / "normal" / f"{name}.npy").astype(np.float32)
-            n[d <= 0] = 0
-            write_depth_map(depth_path, d, durable=False)
-            write_normal_map(normal_path, n, durable=False)
+        # written on every run (seeded, so the same files): maps of an earlier scene in that folder are not used
+        depth_path.parent.mkdir(parents=True, exist_ok=True)
+        normal_path.parent.mkdir(parents=True, exist_ok=True)
+        d = damaged(gt, rng)
+        n = np.load(scene / "gt" / "normal" / f"{name}.npy").astype(np.float32)
+        n[d <= 0] = 0
+        write_depth_map(depth_path, d, durable=False)
+        write_normal_map(normal_path, n, durable=False)
         inputs.append(ViewInputs(i, image.name, w, h, depth_path, normal_path, image, None))
     return inputs
 
 
-def timed(fn, repeat: int) -> list[float]:
-    """Wall ms of `repeat` calls of fn() after one untimed call."""
+def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and process (CPU, all threads) ms of `repeat` calls of fn() after one untimed call."""
     fn()
-    out = []
+    wall, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    return wall, cpu
 
 
-def row(label: str, ms: list[float]) -> str:
-    return (f"{label:<22} best {min(ms):7.2f}  median {statistics.median(ms):7.2f}  "
-            f"range {min(ms):.2f}-{max(ms):.2f} ms")
+def row(label: str, ms: tuple[list[float], list[float]]) -> str:
+    wall, cpu = ms
+    return (f"{label:<22} wall best {min(wall):7.2f} median {statistics.median(wall):7.2f} "
+            f"range {min(wall):.2f}-{max(wall):.2f} | CPU best {min(cpu):7.2f} median {statistics.median(cpu):7.2f} ms")
 
 
 def steps(inp: ViewInputs, f: dict, repeat: int) -> list[tuple[str, list[float]]]:
@@ -114,7 +122,7 @@ def steps(inp: ViewInputs, f: dict, repeat: int) -> list[tuple[str, list[float]]
     bgr = read_colour(inp.image_path)
     color = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     blocked = np.zeros(depth.shape, np.uint8)
-    blocked[local_grey_std(bgr) < f["min_texture"]] = 1
+    blocked[low_texture(bgr, f["min_texture"])] = 1
     seg = min_segment_pixels(f["min_segment"], inp.width, inp.height)
     blocked[small_segments(depth, blocked == 0, seg, f["segment_depth_step"])] = 1
     usable = (depth > 0) & (blocked == 0)
@@ -129,7 +137,7 @@ def steps(inp: ViewInputs, f: dict, repeat: int) -> list[tuple[str, list[float]]
             ("read_normal", timed(lambda: read_normal_map(inp.normal_path), repeat)),
             ("read_image", timed(lambda: read_colour(inp.image_path), repeat)),
             ("bgr_to_rgb", timed(lambda: cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), repeat)),
-            ("texture", timed(lambda: local_grey_std(bgr) < f["min_texture"], repeat)),
+            ("texture", timed(lambda: low_texture(bgr, f["min_texture"]), repeat)),
             ("speckles", timed(lambda: small_segments(depth, blocked == 0, seg, f["segment_depth_step"]),
                                repeat)),
             ("halo (colour only)", timed(lambda: halo_pixels(color, usable, f["halo_radius"]), repeat)),
@@ -140,14 +148,14 @@ def steps(inp: ViewInputs, f: dict, repeat: int) -> list[tuple[str, list[float]]
     return rows
 
 
-def threads_row(inputs: list[ViewInputs], f: dict, threads: int, rounds: int) -> float:
-    """Wall ms per view of loading every view `rounds` times with `threads` loader threads."""
+def threads_row(inputs: list[ViewInputs], f: dict, threads: int, rounds: int) -> tuple[float, float]:
+    """Wall and CPU ms per view of loading every view `rounds` times with `threads` loader threads."""
     jobs = inputs * rounds
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(lambda i: load_view(i, **f), inputs[:threads]))   # warm the threads
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         list(pool.map(lambda i: load_view(i, **f), jobs))
-        return (time.perf_counter() - t0) * 1e3 / len(jobs)
+        return (time.perf_counter() - t0) * 1e3 / len(jobs), (time.process_time() - c0) * 1e3 / len(jobs)
 
 
 def main() -> int:
@@ -183,7 +191,7 @@ def main() -> int:
         if cv_threads is not None:
             cv2.setNumThreads(cv_threads)
         for n in [int(v) for v in args.threads.split(",") if v]:
-            ms = [threads_row(inputs, f, n, args.rounds) for _ in range(max(1, args.repeat // 2))]
+            ms = tuple(zip(*[threads_row(inputs, f, n, args.rounds) for _ in range(max(1, args.repeat // 2))]))
             label = f"threads {n}" + (f" cv {cv_threads}" if cv_threads is not None else "")
             print(row(label, ms) + " per view")
     cv2.setNumThreads(default_cv)
