@@ -27,8 +27,8 @@ HEADROOM = 0.9
 WHOLE_SCRATCH_BYTES = 160
 # The same on the GPU, from the H200's pool peaks: 9.32 GiB for the 60.1 M points of the 300-view
 # street (764cf90), 166 B per point with fusion's 27-byte records; 48 makes the estimate 201 B.
-# With 160 the 206 M points of 1000 views asked for 72 GB of the budget and took the streamed
-# path, ~5x slower per point there (BENCHMARKS "Scale"), for a whole path that needs ~34 GB.
+# With 160 the estimate for the 206 M points of 1000 views was 72 GB, about twice what the whole
+# path needs (~34 GB), which sent clouds to the slower streamed path on GPUs where they fit whole.
 GPU_WHOLE_SCRATCH_BYTES = 48
 # A pooling part, per point: its gathered columns (28 B for fusion's layout), then the table
 # [xyz | attributes] (40 B), keys and sort (~40 B), the means (40 B) and the restored attributes:
