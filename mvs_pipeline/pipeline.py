@@ -232,19 +232,17 @@ def _reset_gpu_pool(backend: str):
         return None
     from .gpu.loader import import_cupy  # noqa: PLC0415
 
-    # device arrays an earlier stage left in reference cycles (texture caches, solvers) are freed
-    # only by the cycle collector; without it they held the GPU the sampling stage planned with
+    # device arrays an earlier stage left in reference cycles would be freed only when the cycle
+    # collector next ran: collected now, so each stage plans with what is really free (whether any
+    # were held is not known: runs before b250105 did not record the free memory)
     gc.collect()
-    cp = import_cupy()
-    pool = cp.get_default_memory_pool()
+    pool = import_cupy().get_default_memory_pool()
     pool.free_all_blocks()
     return pool
 
 
-def _gpu_free_bytes(backend: str) -> int | None:
+def _gpu_free_bytes() -> int:
     """The device's free bytes (cudaMemGetInfo) as a stage starts: what earlier stages left held."""
-    if backend != "cuda":
-        return None
     from .gpu.loader import import_cupy  # noqa: PLC0415
 
     return int(import_cupy().cuda.runtime.memGetInfo()[0])
@@ -341,7 +339,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             # depth warm-up's few MB may still come and go during views, which are counted there
             pool = _reset_gpu_pool(ctx.backend) if name != "load" else None
             if pool is not None:
-                ctx.counts.setdefault("stage_gpu_free_at_start_bytes", {})[name] = _gpu_free_bytes(ctx.backend)
+                ctx.counts.setdefault("stage_gpu_free_at_start_bytes", {})[name] = _gpu_free_bytes()
             _reset_host_peak()
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)

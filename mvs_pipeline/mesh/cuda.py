@@ -63,21 +63,22 @@ def _device_tables(cp) -> dict:
     return _tables
 
 
-def _check_batch(cp, field, nbr) -> int:
+def _check_batch(cp, field, nbr, cases, edges) -> tuple[int, int]:
+    """(blocks, voxels) of a batch, after checking what both marching kernels read per voxel."""
     num_blocks = int(nbr.shape[0])
+    n = num_blocks * BLOCK_VOXELS
     check_array(cp, "nbr", nbr, np.int32, (num_blocks, 8))
-    check_array(cp, "field", field, np.float32, (num_blocks * BLOCK_VOXELS,))
-    return num_blocks
+    check_array(cp, "field", field, np.float32, (n,))
+    check_array(cp, "cases", cases, np.uint8, (n,))
+    check_array(cp, "edges", edges, np.uint8, (n,))
+    return num_blocks, n
 
 
 def cubes_classify(field, nbr, num_cube_blocks, cases, ntri, edges) -> None:
     """CuPy twin of cpu.cubes_classify (same arguments, outputs written in place)."""
     cp = import_cupy()
-    num_blocks = _check_batch(cp, field, nbr)
-    n = num_blocks * BLOCK_VOXELS
-    check_array(cp, "cases", cases, np.uint8, (n,))
+    num_blocks, n = _check_batch(cp, field, nbr, cases, edges)
     check_array(cp, "ntri", ntri, np.int32, (n,))
-    check_array(cp, "edges", edges, np.uint8, (n,))
     if not 0 <= int(num_cube_blocks) <= num_blocks:
         raise ValueError(f"num_cube_blocks {num_cube_blocks} outside 0..{num_blocks}")
     if n == 0:
@@ -92,10 +93,7 @@ def cubes_classify(field, nbr, num_cube_blocks, cases, ntri, edges) -> None:
 def cubes_emit(field, nbr, cases, edges, tri_first, vert_first, faces, vert_edge, vert_t, vert_voxel) -> None:
     """CuPy twin of cpu.cubes_emit (same arguments, outputs written in place)."""
     cp = import_cupy()
-    num_blocks = _check_batch(cp, field, nbr)
-    n = num_blocks * BLOCK_VOXELS
-    check_array(cp, "cases", cases, np.uint8, (n,))
-    check_array(cp, "edges", edges, np.uint8, (n,))
+    num_blocks, n = _check_batch(cp, field, nbr, cases, edges)
     check_array(cp, "tri_first", tri_first, np.int64, (n,))
     check_array(cp, "vert_first", vert_first, np.int64, (n,))
     check_array(cp, "faces", faces, np.int64, (None, 3))
