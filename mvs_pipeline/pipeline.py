@@ -37,6 +37,9 @@ from .views import stage as views_stage
 log = logging.getLogger(__name__)
 
 ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "mesh", "evaluate")
+# Stages whose work runs on `--cluster`'s Dask workers: the cluster starts with the run when one of
+# them has work left, and begins shutting down as the last of them in the run ends
+CLUSTER_STAGES = ("depth",)
 # Stages a run without --stages leaves out unless the config enables them (mesh.enabled)
 OPTIONAL_STAGES = ("mesh",)
 
@@ -53,7 +56,7 @@ class RunContext:
     sparse: Path | None = None
     gt: Path | None = None  # ETH3D scan_alignment.mlp for the evaluate stage
     cluster: object = None  # cluster/client.ClusterStart once a --cluster run has started its cluster
-    cluster_wanted: bool = False  # --cluster and the depth stage in this run: start_cluster may be called
+    cluster_wanted: bool = False  # --cluster and one of CLUSTER_STAGES in this run: start_cluster may be called
     stage_unix_times: dict = field(default_factory=dict)  # stage -> [start, end], seconds since the epoch
     host_peaks: dict = field(default_factory=dict)  # stage -> resident-memory peak during it, bytes
     # `backend` (the property below) is resolved_backend; run_pipeline leaves it None while its
@@ -158,8 +161,6 @@ def _run_depth(ctx: RunContext) -> None:
         from .depth import cluster_run  # noqa: PLC0415 (imports distributed)
 
         cluster_run.run(ctx)
-        if ctx.cluster is not None:   # no later stage uses it: it shuts down while they run
-            ctx.cluster.begin_close()
         return
     from .depth import stage  # noqa: PLC0415 (imports numba/cupy only when needed)
 
@@ -321,6 +322,7 @@ def _resolve_auto(ctx: RunContext) -> None:
 
 def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str],
                 stack: contextlib.ExitStack) -> None:
+    last_cluster_stage = next((s for s in reversed(stages) if s in CLUSTER_STAGES), None)
     try:
         for name in stages:
             t0 = time.perf_counter()
@@ -346,6 +348,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
+            if ctx.cluster is not None and name == last_cluster_stage:   # no later stage uses it:
+                ctx.cluster.begin_close()                                # it shuts down while they run
             if name == "load":  # resolved as soon as the scene exists, so a load-only run records them too
                 _resolve_auto(ctx)
             timings[name] = round(time.perf_counter() - t0, 3)
@@ -438,13 +442,14 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     write_resolved_config(ctx, wait_for_backend=ctx.auto is not None)
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
-        # depth is the only stage that uses the cluster; no --cluster, no dask
-        ctx.cluster_wanted = ctx.cfg.cluster.kind != "none" and "depth" in stages
+        # no --cluster, or none of the CLUSTER_STAGES in this run: no dask
+        cluster_stages = [s for s in stages if s in CLUSTER_STAGES]
+        ctx.cluster_wanted = ctx.cfg.cluster.kind != "none" and bool(cluster_stages)
         if ctx.cluster_wanted:
             stack.callback(_close_cluster, ctx)
-            if ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth"):
+            if ctx.overwrite or not all(fingerprints.finished(ctx.out_dir, s) for s in cluster_stages):
                 ctx.start_cluster()   # now, so that it starts while load and views run here
-            # else the depth stage starts it only if a changed input or key leaves maps to compute
+            # else a stage starts it only if a changed input or key leaves work to do (require_client)
         _run_stages(ctx, stages, timings, gpu_peaks, done, stack)
     record = {"workspace": str(ctx.workspace), "out_dir": str(ctx.out_dir), "stages": stages,
               "backend": ctx.backend, "cluster": ctx.cfg.cluster.kind, "stage_seconds": timings,
