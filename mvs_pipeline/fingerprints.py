@@ -54,7 +54,8 @@ OUTPUTS = {
     "load": ("sparse", "images", ".load.partial"),
     "views": ("stereo/views.json", "stereo/pair.txt", "stereo/patch-match.cfg"),
     "depth": ("stereo/depth_maps", "stereo/normal_maps", "stereo/cost_maps", "stereo/passes", "stereo/previews"),
-    "fusion": ("stereo/fusion.json", "fused.ply", "fused.ply.vis", "previews/fused.npz"),
+    # stereo/fusion_ranges: a cluster fusion's finished ranges (fusion/cluster_run.py), which a resume reuses
+    "fusion": ("stereo/fusion.json", "fused.ply", "fused.ply.vis", "previews/fused.npz", "stereo/fusion_ranges"),
     "sampling": (SAMPLES_NAME, INDICES_NAME, *DSM_NAMES.values(),
                  str(preview_path(Path(SAMPLES_NAME)))),
     "mesh": ("mesh.json", "mesh.ply", "previews/mesh.npz"),

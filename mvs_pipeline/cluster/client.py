@@ -186,3 +186,11 @@ def worker_name() -> str:
     """This worker's address (or 'client' outside a worker), for run.json's per-worker counts."""
     worker = current_worker()
     return "client" if worker is None else str(worker.address)
+
+
+def error_text(exc: BaseException) -> str:
+    """A task's or the cluster's error in one line: 'Type: message', a lost scheduler named as such."""
+    what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
+    if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
+        what = "lost the connection to the Dask scheduler"
+    return f"{type(exc).__name__}: {what}"

@@ -44,10 +44,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
-from ..cluster.client import current_worker, run_state, worker_name, worker_state
+from ..cluster.client import current_worker, error_text, run_state, worker_name, worker_state
 from ..errors import MVSError
 from ..io.atomic import remove_leftovers
 from ..scene.scene import Scene
@@ -130,7 +129,7 @@ async def _prefetch_on_worker(scene: Scene, workers_per_host: dict[str, int], da
 def prefetch_images_on_workers(client, scene: Scene) -> None:
     """Start decoding `scene`'s images on every worker now, in the background (the client goes on
     with the views stage); the depth stage's tasks then find them decoded."""
-    light = _light_scene(scene)
+    light = scene.without_points()
     client.run(_prefetch_on_worker, light, _workers_per_host(client), wait=False)
 
 
@@ -258,15 +257,9 @@ def warm_up_workers(client, backend: str, cfg) -> None:
     client.run(_warm_up_on_worker, backend, cfg, wait=False)
 
 
-def _light_scene(scene: Scene) -> Scene:
-    """The scene without its sparse points: the workers read only the views."""
-    return dataclasses.replace(scene, points_in_world=np.zeros((0, 3)), point_colors=np.zeros((0, 3), np.uint8),
-                               track_offsets=np.zeros(1, np.int64), track_view_idx=np.zeros(0, np.int32))
-
-
 def _job(client, cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass], out_dir: Path,
          backend: str) -> DepthJob:
-    return DepthJob(uuid.uuid4().hex, cfg, _light_scene(scene), sel, passes, Path(out_dir).resolve(), backend,
+    return DepthJob(uuid.uuid4().hex, cfg, scene.without_points(), sel, passes, Path(out_dir).resolve(), backend,
                     _workers_per_host(client))
 
 
@@ -378,10 +371,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         except MVSError:
             raise
         except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
-            what = " ".join(str(exc).split())   # Dask's messages span lines; ours is one
-            if "scheduler-connection-lost" in what or "connection to the scheduler" in what:
-                what = "lost the connection to the Dask scheduler"
-            raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({type(exc).__name__}: {what}); "
+            raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({error_text(exc)}); "
                            f"the maps finished so far are kept: rerun the same command to resume") from exc
         # every worker flushed its writes: the marker, and the previous pass's maps removed
         finish_pass(passes, pss, names, cfg.depth.sync_maps)

@@ -53,7 +53,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 import numpy as np
 from tqdm import tqdm
@@ -230,6 +230,7 @@ def make_engine(backend: str):
 
 # the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius
 IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
+PIXEL_COUNTS = ("valid_pixels", *(f"{k}_pixels" for k in IGNORED_KINDS))   # HostView's, per view
 
 
 def ignored_pixels(counts: dict) -> dict[str, int]:
@@ -259,6 +260,9 @@ class _ViewCache:
         self.blocked_store: dict[int, np.ndarray] = {}  # marks of evicted views
         self.pending: dict[int, Future] = {}
         self.loaded_once: set[int] = set()
+        # each view's pixel counts (PIXEL_COUNTS' order), from its first load: a cluster run's ranges
+        # share neighbour views, and the client counts each view once as the single process does
+        self.pixels_by_view: dict[int, tuple[int, ...]] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_LOAD_THREADS, os.cpu_count() or 1)))
         self._load_lock = threading.Lock()
 
@@ -308,6 +312,7 @@ class _ViewCache:
                 self.stats["textureless_pixels"] += host.textureless_pixels
                 self.stats["speckle_pixels"] += host.speckle_pixels
                 self.stats["halo_pixels"] += host.halo_pixels
+                self.pixels_by_view[v] = tuple(int(getattr(host, k)) for k in PIXEL_COUNTS)
             else:
                 self.stats["reloads"] += 1
             self.resident[v] = self.engine.upload(host, blocked)
@@ -396,23 +401,39 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
     return cfg
 
 
-def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
-                progress: bool = True, stats: dict | None = None, keep_on_device: bool = False) -> Iterator[FusedChunk]:
-    """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order): NumPy
-    arrays, or with keep_on_device the CUDA engine's CuPy arrays (fusion/writer.py packs them there)."""
-    cfg = resolve_config(cfg, scene, selection)
-    stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
-                 **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
+def fusion_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection,
+                  stereo_dir: Path) -> tuple[list[ViewInputs | None], str]:
+    """Each view's map files (None: no maps) and the map type; a one-line error when views.json
+    disagrees with the model or no view has maps."""
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
     inputs, map_type = find_inputs(scene, stereo_dir, cfg.map_type, cfg.mask_dir)
+    if not any(inp is not None for inp in inputs):
+        raise MVSError(f"{Path(stereo_dir) / 'depth_maps'}: no {map_type} depth maps to fuse; run the depth stage first")
+    return inputs, map_type
+
+
+def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
+                progress: bool = True, stats: dict | None = None, keep_on_device: bool = False,
+                references: Collection[int] | None = None,
+                pixels_by_view: dict | None = None) -> Iterator[FusedChunk]:
+    """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order): NumPy
+    arrays, or with keep_on_device the CUDA engine's CuPy arrays (fusion/writer.py packs them there).
+    `references` (view_idx): only these of the planned reference views, consuming pixels among
+    themselves only (fusion/cluster_run.py's ranges); `pixels_by_view`, if given, receives each
+    loaded view's PIXEL_COUNTS."""
+    cfg = resolve_config(cfg, scene, selection)
+    stats = {} if stats is None else stats
+    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
+                 **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
+    inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir)
     stats["map_type"] = map_type
     stats["views_with_maps"] = sum(inp is not None for inp in inputs)
-    if stats["views_with_maps"] == 0:
-        raise MVSError(f"{Path(stereo_dir) / 'depth_maps'}: no {map_type} depth maps to fuse; run the depth stage first")
     refs, nbrs = plan_references(inputs, selection, cfg.min_consistent)
+    if references is not None:
+        wanted = set(references)
+        refs = [r for r in refs if r in wanted]
     stats["reference_views"] = len(refs)
     if not refs:
         log.warning("fusion: no view has enough neighbours with maps; the cloud is empty")
@@ -450,42 +471,43 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
             yield chunk if keep_on_device else chunk.to_host()
     finally:
         cache.close()
+        if pixels_by_view is not None:
+            pixels_by_view.update(cache.pixels_by_view)
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
         stats["load_seconds"] = round(stats["load_seconds"], 3)
         stats["load_wait_seconds"] = round(stats["load_wait_seconds"], 3)
 
 
-def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,
-                    overwrite: bool = False, progress: bool = True) -> dict:
-    """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done)."""
+def output_paths(out_dir: Path) -> tuple[Path, Path, Path]:
+    """fused.ply, fused.ply.vis and stereo/fusion.json under out_dir."""
     out_dir = Path(out_dir)
-    ply_path, vis_path = out_dir / "fused.ply", out_dir / "fused.ply.vis"
-    record_path = out_dir / "stereo" / "fusion.json"
-    cfg = resolve_config(cfg, scene, selection)
-    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored in fusion.json (tuples -> lists)
-    if not overwrite and ply_path.is_file() and vis_path.is_file() and record_path.is_file():
-        try:
-            previous = json.loads(record_path.read_text())
-        except (OSError, ValueError):
-            previous = {}
-        if isinstance(previous, dict) and "counts" in previous:
-            log.info("fusion: %s exists; skipping (use --overwrite to redo)", ply_path)
-            return previous["counts"]
-        log.info("fusion: %s holds no counts; fusing again", record_path)
-    t0 = time.perf_counter()
-    colmap_idx = colmap_image_indices([v.image_id for v in scene.views])
-    stats: dict = {}
+    return out_dir / "fused.ply", out_dir / "fused.ply.vis", out_dir / "stereo" / "fusion.json"
 
-    with FusedCloudWriter(ply_path, vis_path) as writer, ChunkWriter(writer, colmap_idx) as chunks:
-        for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats,
-                                 keep_on_device=True):
-            chunks.submit(chunk)
-        chunks.drain()
-        writer.finish()
-        totals = writer.totals()
+
+def finished_counts(out_dir: Path, overwrite: bool) -> dict | None:
+    """The counts of a finished fusion in out_dir (all three outputs there), or None: fuse."""
+    ply_path, vis_path, record_path = output_paths(out_dir)
+    if overwrite or not (ply_path.is_file() and vis_path.is_file() and record_path.is_file()):
+        return None
+    try:
+        previous = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        previous = {}
+    if isinstance(previous, dict) and "counts" in previous:
+        log.info("fusion: %s exists; skipping (use --overwrite to redo)", ply_path)
+        return previous["counts"]
+    log.info("fusion: %s holds no counts; fusing again", record_path)
+    return None
+
+
+def finish_outputs(out_dir: Path, cfg: FusionConfig, backend: str, scene: Scene, stats: dict, totals: tuple,
+                   t0: float) -> dict:
+    """After fused.ply and .vis are in place: the preview, fusion.json (its counts returned), the log."""
+    ply_path, vis_path, record_path = output_paths(out_dir)
     # what the report draws, so it never reads the whole cloud
     write_cloud_preview(ply_path, totals=totals)
     counts = {"views": scene.num_views, **stats, "seconds": round(time.perf_counter() - t0, 3)}
+    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored in fusion.json (tuples -> lists)
     record = {"counts": counts, "backend": backend, "config": settings,
               "outputs": {"ply": ply_path.name, "vis": vis_path.name}}
     atomic_write_text(record_path, json.dumps(record, indent=1))
@@ -497,10 +519,43 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
     return counts
 
 
+def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,
+                    overwrite: bool = False, progress: bool = True) -> dict:
+    """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done)."""
+    out_dir = Path(out_dir)
+    ply_path, vis_path, _ = output_paths(out_dir)
+    cfg = resolve_config(cfg, scene, selection)
+    done = finished_counts(out_dir, overwrite)
+    if done is not None:
+        return done
+    t0 = time.perf_counter()
+    colmap_idx = colmap_image_indices([v.image_id for v in scene.views])
+    stats: dict = {}
+
+    with FusedCloudWriter(ply_path, vis_path) as writer, ChunkWriter(writer, colmap_idx) as chunks:
+        for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats,
+                                 keep_on_device=True):
+            chunks.submit(chunk)
+        chunks.drain()
+        writer.finish()
+        totals = writer.totals()
+    return finish_outputs(out_dir, cfg, backend, scene, stats, totals, t0)
+
+
 def run(ctx) -> None:
-    """The pipeline's `fusion` stage: `ctx` is pipeline.RunContext."""
-    counts = fuse_depth_maps(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
-                             overwrite=ctx.overwrite, progress=ctx.progress)
+    """The pipeline's `fusion` stage: `ctx` is pipeline.RunContext (with --cluster, on its workers:
+    fusion/cluster_run.py)."""
+    if ctx.cluster_wanted:
+        from .cluster_run import fuse_depth_maps_on_cluster  # noqa: PLC0415 (imports distributed)
+
+        counts = fuse_depth_maps_on_cluster(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(),
+                                            ctx.out_dir, ctx.backend, ctx.require_client,
+                                            retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite,
+                                            progress=ctx.progress, gpu_memory=ctx.cfg.gpu_memory)
+        ctx.counts["fusion_cluster"] = counts.get("cluster", {})
+    else:
+        counts = fuse_depth_maps(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir,
+                                 ctx.backend, overwrite=ctx.overwrite, progress=ctx.progress)
     ctx.counts["fusion_views"] = counts.get("reference_views", 0)
     ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
     ctx.counts["fused_points"] = counts.get("points", 0)

@@ -168,6 +168,24 @@ class FusedCloudWriter:
             with self._lock:
                 self._written += nbytes
 
+    def copy_in(self, at: Placement, ply_source: Path, vis_source: Path) -> None:
+        """Write a placed chunk's bytes from two files, the records and words behind their headers
+        (a cluster worker's range of fused.ply + .vis, fusion/cluster_run.py): copied file to file
+        (copy_file_range where the kernel has it), never held in memory whole."""
+        for f, target, source, offset, nbytes, skip in (
+                (self._ply_f, self.ply_path, ply_source, at.ply_offset, at.ply_bytes, HEADER_BYTES),
+                (self._vis_f, self.vis_path, vis_source, at.vis_offset, at.vis_bytes, VIS_HEADER_BYTES)):
+            with open(source, "rb", buffering=0) as src:
+                if os.fstat(src.fileno()).st_size != skip + nbytes:
+                    raise ValueError(f"{source}: not the {skip + nbytes} bytes placed for it")
+                try:
+                    _copy_range(src.fileno(), skip, f.fileno(), offset, nbytes)
+                except OSError as exc:
+                    raise OSError(exc.errno, exc.strerror, str(target)) from exc
+            start_writeback(f.fileno(), offset, nbytes)
+            with self._lock:
+                self._written += nbytes
+
     def add_stats(self, num_points: int, bbox_min: np.ndarray, bbox_max: np.ndarray, xyz_sum: np.ndarray) -> None:
         """A chunk's share of the statistics (call in chunk order: the float64 sum depends on it)."""
         if num_points:
@@ -211,3 +229,15 @@ def _pwrite_full(fd: int, view: memoryview, offset: int) -> None:
     done = 0
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _copy_range(src: int, src_offset: int, dst: int, dst_offset: int, nbytes: int) -> None:
+    done = 0
+    while done < nbytes:
+        try:
+            n = os.copy_file_range(src, dst, nbytes - done, src_offset + done, dst_offset + done)
+        except (AttributeError, OSError):   # no copy_file_range (older Python, another OS, some file systems)
+            n = os.pwrite(dst, os.pread(src, min(nbytes - done, 64 << 20), src_offset + done), dst_offset + done)
+        if n <= 0:
+            raise OSError(5, f"copy ended after {done} of {nbytes} bytes")
+        done += n

@@ -6,6 +6,7 @@ binary/text models and reruns); `image_id` is COLMAP's id and is only used to ta
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,11 @@ class Scene:
         many views see the surface behind a typical observed pixel (sparse tracks undercount it)."""
         lengths = self.track_lengths
         return float(np.median(np.repeat(lengths, lengths))) if len(lengths) else 0.0
+
+    def without_points(self) -> "Scene":
+        """The scene without its sparse points: what cluster tasks get (they read only the views)."""
+        return dataclasses.replace(self, points_in_world=np.zeros((0, 3)), point_colors=np.zeros((0, 3), np.uint8),
+                                   track_offsets=np.zeros(1, np.int64), track_view_idx=np.zeros(0, np.int32))
 
     def view_idx_by_name(self) -> dict[str, int]:
         return {v.name: i for i, v in enumerate(self.views)}

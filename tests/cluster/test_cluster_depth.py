@@ -83,6 +83,10 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
     assert record["cluster"] == "local"
     assert record["counts"]["cluster_wait_seconds"] >= 0   # the load stage's wait for the cluster's start
+    # fusion ran on the workers too (consume_pixels auto: off at this size): the same files
+    assert record["counts"]["fusion_cluster"]["tasks"] >= 2
+    for name in ("fused.ply", "fused.ply.vis"):
+        assert (out / name).read_bytes() == (single / name).read_bytes(), name
     # each task's span (seconds from its pass's submission) lies inside that pass's task phase
     phases = record["counts"]["depth_cluster_pass_phases"]
     assert set(phases) == set(record["counts"]["depth_pass_seconds"])
@@ -105,7 +109,7 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
 def test_a_finished_depth_stage_starts_no_cluster_and_a_lost_map_starts_it(scene, single, tmp_path, monkeypatch):
     """A rerun with --cluster whose depth maps are all on disk starts no cluster (~2-3 s and a
     GPU's memory per worker for nothing); one whose finished depth stage lost a map starts it when
-    the stage finds that map missing, computes only it, and shuts the cluster down before fusion."""
+    the stage finds that map missing, computes only it, and shuts the cluster down after fusion."""
     out = tmp_path / "out"
     cluster_run = [*FAST, *STAGES, "--cluster", "local", "--set", "cluster.workers=1"]
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES]) == 0
@@ -138,9 +142,12 @@ def test_a_finished_depth_stage_starts_no_cluster_and_a_lost_map_starts_it(scene
     # the lost view, after the photometric pass it reads, whose maps were removed, for all 4 views
     assert counts["depth_view_passes_computed"] == 1 + 4 and counts["depth_view_passes_resumed"] == 3
     assert counts["cluster_wait_seconds"] >= 0   # started by the depth stage, which waited for it
-    # its shutdown began before fusion started (close() at the end of the run asks again, a no-op)
+    # fusion (a cluster stage too, redone after the new map) ran on it; its shutdown began as fusion
+    # ended, the run's last cluster stage (close() at the end of the run asks again, a no-op)
+    assert counts["fusion_cluster"]["tasks"] >= 1
     assert started and {what for what, _ in started} == {"closing"}
-    assert started[0][1] <= record["stage_unix_times"]["fusion"][0] + 0.001
+    fusion_start, fusion_end = record["stage_unix_times"]["fusion"]
+    assert fusion_start - 0.001 <= started[0][1] <= fusion_end + 0.001
     assert maps(out) == maps(single)
 
 
