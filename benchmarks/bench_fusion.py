@@ -9,6 +9,14 @@ Data is written once into --workdir and reused.
 
     python benchmarks/bench_fusion.py --views 50 --width 1600 --height 1066 --backends cuda,cpu --colmap
     python benchmarks/bench_fusion.py --views 8 --width 640 --height 426 --backends cpu --json bench.json
+    python benchmarks/bench_fusion.py --views 48 --width 640 --height 426 --backends cpu --cluster-workers 2 \
+        --consume false        # also fusion/cluster_run.py on a LocalCluster of 2 worker processes
+
+With --cluster-workers N, each backend gets a second row: the same fusion as Dask tasks on a
+LocalCluster of N worker processes on this host (`--cluster local`; CUDA: dask-cuda's
+LocalCUDACluster, one GPU per worker), started once before the timed runs (its start, outside
+the rows as in a `run`, is printed); the row says whether fused.ply and .vis are the single
+process's bytes, else the points against the single process's.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import pycolmap
 from mvs_pipeline.fusion.params import FusionConfig
 from mvs_pipeline.fusion.stage import fuse_depth_maps as run_fusion
 from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
+from mvs_pipeline.io.fused_ply import HEADER_BYTES, VERTEX_DTYPE
 from mvs_pipeline.scene.workspace import read_scene
 from mvs_pipeline.synth.camera import look_at
 from mvs_pipeline.views.params import ViewsConfig
@@ -146,6 +155,32 @@ def time_ours(ws: Path, backend: str, cfg: FusionConfig, repeat: int) -> dict:
             "cache_views": counts["cache_views"], "host_peak_rss_mib": peak_rss_mib()}
 
 
+def time_cluster(ws: Path, backend: str, cfg: FusionConfig, repeat: int, workers: int) -> dict:
+    from mvs_pipeline.cluster.client import open_client  # noqa: PLC0415 (only with --cluster-workers)
+    from mvs_pipeline.cluster.params import ClusterConfig  # noqa: PLC0415
+    from mvs_pipeline.fusion.cluster_run import fuse_depth_maps_on_cluster  # noqa: PLC0415
+
+    scene = read_scene(ws / "images", ws / "sparse")
+    selection = select_views(scene, ViewsConfig())
+    single = {name: (ws / name).read_bytes() for name in ("fused.ply", "fused.ply.vis")}   # time_ours's
+    kind = "local-cuda" if backend == "cuda" else "local"
+    t0 = time.perf_counter()
+    with open_client(ClusterConfig(kind=kind, workers=workers)) as client:
+        print(f"cluster {kind} with {workers} workers started in {time.perf_counter() - t0:.2f} s")
+        runs = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            counts = fuse_depth_maps_on_cluster(cfg, scene, selection, ws, backend, client, overwrite=True,
+                                                progress=False)
+            runs.append(time.perf_counter() - t0)
+    same = all((ws / name).read_bytes() == data for name, data in single.items())
+    single_points = (len(single["fused.ply"]) - HEADER_BYTES) // VERTEX_DTYPE.itemsize
+    return {"method": f"ours-{backend}-cluster{workers}", "first_s": runs[0], "best_s": min(runs),
+            "points": counts["points"], "gpu_peak_mib": (counts["gpu_peak_bytes"] or 0) / 2**20,
+            "reloads": counts["reloads"], "cache_views": counts["cache_views"], "host_peak_rss_mib": peak_rss_mib(),
+            "same_bytes": same, "single_points": single_points, "cluster": counts["cluster"]}
+
+
 def time_colmap(ws: Path, repeat: int) -> dict:
     opts = pycolmap.StereoFusionOptions()
     opts.max_reproj_error, opts.max_depth_error, opts.max_normal_error = 2.0, 0.01, 10.0
@@ -181,6 +216,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs per method (first includes kernel compilation)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/bench_fusion"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--cluster-workers", type=int, default=0,
+                    help="also fuse on a local Dask cluster of this many worker processes (0: not)")
+    ap.add_argument("--consume", default="auto", choices=["auto", "true", "false"], help="fusion.consume_pixels")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     ws = args.workdir / f"ring_{args.views}v_{args.width}x{args.height}_n{args.noise:g}"
@@ -189,8 +227,13 @@ def main() -> int:
         t0 = time.perf_counter()
         make_workspace(ws, args.views, args.width, args.height, args.noise)
         print(f"generated {ws} in {time.perf_counter() - t0:.1f} s")
-    cfg = FusionConfig(aggregate=args.aggregate, cache_views=args.cache_views)
-    rows = [time_ours(ws, b.strip(), cfg, args.repeat) for b in args.backends.split(",") if b.strip()]
+    consume = {"auto": "auto", "true": True, "false": False}[args.consume]
+    cfg = FusionConfig(aggregate=args.aggregate, cache_views=args.cache_views, consume_pixels=consume)
+    rows = []
+    for b in (b.strip() for b in args.backends.split(",") if b.strip()):
+        rows.append(time_ours(ws, b, cfg, args.repeat))
+        if args.cluster_workers:
+            rows.append(time_cluster(ws, b, cfg, args.repeat, args.cluster_workers))
     if args.colmap:
         rows.append(time_colmap(ws, args.repeat))
     print(f"\nfusion of {args.views} views at {args.width}x{args.height} (noise {args.noise:g}), "
@@ -201,6 +244,9 @@ def main() -> int:
         print(f"{r['method']:<26}{r['first_s']:>9.2f}{r['best_s']:>9.2f}{r['points']:>11d}{r['gpu_peak_mib']:>9.0f}"
               f"{r['host_peak_rss_mib']:>9.0f}{'' if r['cache_views'] is None else r['cache_views']:>7}"
               f"{'' if r['reloads'] is None else r['reloads']:>9}")
+        if "same_bytes" in r:
+            print(f"{'':<26}same bytes as the single process: {r['same_bytes']} (single process: "
+                  f"{r['single_points']} points); phases {r['cluster']['phase_seconds']}")
     if args.json:
         gpu = ""
         try:

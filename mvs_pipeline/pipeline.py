@@ -168,6 +168,11 @@ def _run_depth(ctx: RunContext) -> None:
 
 
 def _run_fusion(ctx: RunContext) -> None:
+    if ctx.cluster_wanted:   # --cluster: one Dask task per range of reference views
+        from .fusion import cluster_run  # noqa: PLC0415 (imports distributed)
+
+        cluster_run.run(ctx)
+        return
     from .fusion import stage  # noqa: PLC0415 (imports numba; only when fusing)
 
     stage.run(ctx)

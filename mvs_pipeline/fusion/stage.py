@@ -32,6 +32,10 @@ bounded by disk: on the GPU each view's file bytes are packed on the device and 
 copy, on the CPU packed in threads, and either is written by a pool of threads while the next views
 fuse.
 
+With `run --cluster` the stage runs as Dask tasks, one per contiguous range of reference views
+(fusion/cluster_run.py, which calls fuse_chunks with `references` on the workers): the same files without
+consumption; with it, consumption within each range only (its docstring states what differs).
+
 Outputs: OUT/fused.ply (float32 xyz, normals, uchar rgb, uchar support), OUT/fused.ply.vis
 (COLMAP's visibility format, io/vis_file.py) and OUT/stereo/fusion.json (counts, settings); the
 stage is skipped when all three exist, unless overwrite is set. Whether they are still current
@@ -543,22 +547,19 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
 
 
 def run(ctx) -> None:
-    """The pipeline's `fusion` stage: `ctx` is pipeline.RunContext (with --cluster, on its workers:
-    fusion/cluster_run.py)."""
-    if ctx.cluster_wanted:
-        from .cluster_run import fuse_depth_maps_on_cluster  # noqa: PLC0415 (imports distributed)
+    """The pipeline's `fusion` stage: `ctx` is pipeline.RunContext (with --cluster the pipeline
+    calls fusion/cluster_run.run instead)."""
+    record_counts(ctx, fuse_depth_maps(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir,
+                                       ctx.backend, overwrite=ctx.overwrite, progress=ctx.progress))
 
-        counts = fuse_depth_maps_on_cluster(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(),
-                                            ctx.out_dir, ctx.backend, ctx.require_client,
-                                            retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite,
-                                            progress=ctx.progress, gpu_memory=ctx.cfg.gpu_memory)
-        ctx.counts["fusion_cluster"] = counts.get("cluster", {})
-    else:
-        counts = fuse_depth_maps(ctx.cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir,
-                                 ctx.backend, overwrite=ctx.overwrite, progress=ctx.progress)
+
+def record_counts(ctx, counts: dict) -> None:
+    """run.json's fusion counts, from fusion.json's."""
     ctx.counts["fusion_views"] = counts.get("reference_views", 0)
     ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
     ctx.counts["fused_points"] = counts.get("points", 0)
     ctx.counts["fusion_ignored_pixels"] = ignored_pixels(counts)
     if counts.get("gpu_peak_bytes") is not None:
         ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
+    if "cluster" in counts:
+        ctx.counts["fusion_cluster"] = counts["cluster"]
