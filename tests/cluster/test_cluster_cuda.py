@@ -1,5 +1,5 @@
 """`run --cluster local-cuda` (dask-cuda, one worker per visible GPU) writes the maps of the
-single-process CUDA run byte for byte, and the same fused point set. Needs a GPU and dask-cuda."""
+single-process CUDA run byte for byte, and its fused.ply (fusion on the workers too). Needs a GPU and dask-cuda."""
 
 from __future__ import annotations
 
@@ -35,3 +35,39 @@ def test_local_cuda_matches_the_single_process_gpu_run(synth_scene_factory, tmp_
     assert record["backend"] == "cuda" and record["cluster"] == "local-cuda"
     workers = record["counts"]["depth_cluster_workers"]
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]
+    # fusion ran as range tasks on the GPU workers (consume_pixels auto: off at this size): the same files
+    assert record["counts"]["fusion_cluster"]["tasks"] >= 1
+    for name in ("fused.ply", "fused.ply.vis"):
+        assert (cluster / name).read_bytes() == (single / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("consume", [False, True])
+def test_fusion_ranges_on_gpu_workers(consume, tmp_path):
+    """fusion/cluster_run.py with the CUDA engine on every GPU worker, against the single-process
+    CUDA fusion: the same bytes without consumption; with it, the first range's bytes (all of
+    them on one GPU, where there is one range)."""
+    pytest.importorskip("dask_cuda")
+    import shutil  # noqa: PLC0415
+
+    from mvs_pipeline.cluster.client import open_client  # noqa: PLC0415
+    from mvs_pipeline.cluster.params import ClusterConfig  # noqa: PLC0415
+    from mvs_pipeline.fusion.cluster_run import fuse_depth_maps_on_cluster  # noqa: PLC0415
+    from mvs_pipeline.fusion.params import FusionConfig  # noqa: PLC0415
+    from mvs_pipeline.fusion.stage import fuse_depth_maps  # noqa: PLC0415
+    from mvs_pipeline.io.fused_ply import HEADER_BYTES, VERTEX_DTYPE  # noqa: PLC0415
+    from tests.fusion.fusion_scene import arc_poses, make_scene  # noqa: PLC0415
+
+    scene, sel, _ = make_scene(tmp_path / "maps", arc_poses(8, arc_deg=40), 64, 48)
+    cfg = FusionConfig(consume_pixels=consume)
+    single, cluster = (shutil.copytree(tmp_path / "maps", tmp_path / d) for d in ("single", "cluster"))
+    fuse_depth_maps(cfg, scene, sel, single, "cuda", progress=False)
+    with open_client(ClusterConfig(kind="local-cuda")) as client:
+        got = fuse_depth_maps_on_cluster(cfg, scene, sel, cluster, "cuda", client, progress=False)
+    ranges = got["cluster"]["ranges"]
+    if not consume or len(ranges) == 1:
+        for name in ("fused.ply", "fused.ply.vis"):
+            assert (cluster / name).read_bytes() == (single / name).read_bytes(), name
+    else:
+        first = HEADER_BYTES + ranges[0][3] * VERTEX_DTYPE.itemsize
+        assert (cluster / "fused.ply").read_bytes()[HEADER_BYTES:first] == \
+            (single / "fused.ply").read_bytes()[HEADER_BYTES:first]
