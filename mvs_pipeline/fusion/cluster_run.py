@@ -197,7 +197,8 @@ def fuse_depth_maps_on_cluster(cfg: FusionConfig, scene: Scene, selection: ViewS
     out_dir = Path(out_dir).resolve()
     cfg = resolve_config(cfg, scene, selection)
     done = finished_counts(out_dir, overwrite)
-    if done is not None:
+    if done is not None:   # range files a run killed after writing fusion.json left behind go too
+        shutil.rmtree(out_dir / RANGES_DIR, ignore_errors=True)
         return done
     t0 = time.perf_counter()
     if overwrite:
@@ -251,7 +252,6 @@ def fuse_depth_maps_on_cluster(cfg: FusionConfig, scene: Scene, selection: ViewS
             else "a range"
         raise MVSError(f"{out_dir}: fusion {which} failed on the cluster ({error_text(exc)}); the ranges "
                        f"finished so far are kept: rerun the same command to resume") from exc
-    shutil.rmtree(out_dir / RANGES_DIR, ignore_errors=True)   # fused.ply holds them now
     t_done = time.perf_counter()
     stats = _merge_stats(records)
     stats["cluster"] = {
@@ -260,12 +260,16 @@ def fuse_depth_maps_on_cluster(cfg: FusionConfig, scene: Scene, selection: ViewS
         "ranges": [[v[0], v[-1], len(v), r["points"]] if v else [] for v, r in zip(ranges, records)],
         "tasks": len(ranges), "resumed_ranges": sum(r["resumed"] for r in records),
         # tasks: submission to the last result (the copies of the ranges that ended meanwhile
-        # included); copies: placing the ranges into fused.ply, all of them; finish: the headers,
-        # the renames and the range files' removal after the last result
+        # included); copies: placing the ranges into fused.ply, all of them; finish: the headers
+        # and the renames after the last result
         "phase_seconds": {"plan": round(t_submit - t0, 3), "tasks": round(t_finish - t_submit, 3),
                           "copies": round(copy_seconds, 3), "finish": round(t_done - t_finish, 3)},
         "per_worker": per_worker}
-    return finish_outputs(out_dir, cfg, backend, scene, stats, totals, t0)
+    counts = finish_outputs(out_dir, cfg, backend, scene, stats, totals, t0)
+    # fused.ply holds the ranges now; removed only after fusion.json, so that a run killed before
+    # it resumes from the ranges instead of fusing them again
+    shutil.rmtree(out_dir / RANGES_DIR, ignore_errors=True)
+    return counts
 
 
 def run(ctx) -> None:
