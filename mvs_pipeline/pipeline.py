@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "mesh", "evaluate")
 # Stages whose work runs on `--cluster`'s Dask workers: the cluster starts with the run when one of
 # them has work left, and begins shutting down as the last of them in the run ends
-CLUSTER_STAGES = ("depth",)
+CLUSTER_STAGES = ("depth", "sampling")
 # Stages a run without --stages leaves out unless the config enables them (mesh.enabled)
 OPTIONAL_STAGES = ("mesh",)
 
