@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cluster.client import worker_name
+from ..cluster.client import worker_name, worker_state
 from ..errors import MVSError
 from ..io.ply import PointCloud
 from ..io.ply_records import VertexLayout
@@ -53,11 +53,16 @@ class PoolJob:
     cap: int
     chunk_rows: int
     on_gpu: bool        # read and pool on the worker's GPU, as the client would on its own
+    token: str          # this stage's, as the worker's state (cluster/client.worker_state)
 
 
 def pool_range_task(job: PoolJob, rng: KeyRange) -> tuple[PointCloud, dict]:
     """One key range pooled on a worker: (its host cloud, what ran where and for how long)."""
     t0, started = time.perf_counter(), time.time()
+    # An earlier stage's state on this worker (depth's map cache and textures, on the GPU with
+    # local-cuda) is of no further use once sampling runs: closed here, before the pooling needs
+    # the memory (worker_state keeps one run's state, dropping any other).
+    worker_state(job.token, lambda: None)
     cloud = pool_range(file_source(job.fused_ply, job.layout, job.on_gpu), job.frame, job.centre, rng,
                        job.cap, job.chunk_rows)
     return cloud, {"worker": worker_name(), "seconds": time.perf_counter() - t0, "points": rng.count,
@@ -84,8 +89,8 @@ def cluster_pooler(client, fused_ply: Path, layout: VertexLayout, on_gpu: bool, 
 
     def pool_ranges(frame: VoxelFrame, centre: np.ndarray, ranges: list[KeyRange], cap: int,
                     chunk_rows: int) -> list[PointCloud]:
-        job = PoolJob(fused_ply, layout, frame, np.asarray(centre), cap, chunk_rows, on_gpu)
         token = uuid.uuid4().hex
+        job = PoolJob(fused_ply, layout, frame, np.asarray(centre), cap, chunk_rows, on_gpu, token)
         t0, submitted = time.perf_counter(), time.time()
         futures = [client.submit(pool_range_task, job, rng, key=f"sampling-pool-{i}-{token}", retries=retries,
                                  pure=False) for i, rng in enumerate(ranges)]

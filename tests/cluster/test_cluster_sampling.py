@@ -142,3 +142,26 @@ def test_cluster_plan():
     whole = cluster_plan(MemoryPlan(whole=True), 40_000, 4)
     assert not whole.whole and whole.resident and whole.chunk_rows == 40_000 and whole.part_points == 11_000
     assert cluster_plan(MemoryPlan(whole=True), 100, 8).part_points == MIN_PART_POINTS
+
+
+def _plant_state(dask_worker=None) -> None:
+    from mvs_pipeline.cluster.client import _STATE_ATTR  # noqa: PLC0415
+
+    dask_worker.__dict__.setdefault(_STATE_ATTR, {})["an-earlier-depth-run"] = object()
+
+
+def _states(dask_worker=None) -> list[str]:
+    from mvs_pipeline.cluster.client import _STATE_ATTR  # noqa: PLC0415
+
+    return sorted(dask_worker.__dict__.get(_STATE_ATTR, {}))
+
+
+def test_pooling_drops_an_earlier_stages_worker_state(client, fused20k, tmp_path):
+    """depth's map cache and textures (GPU memory with local-cuda) leave a worker once it pools."""
+    client.run(_plant_state)
+    info: dict = {}
+    sampling.sample_fused_cloud(CONFIGS["default"], fused20k, tmp_path / "out", backend="cpu", client=client,
+                                timings=info)
+    states = client.run(_states)
+    for worker in info["cluster_workers"]:
+        assert "an-earlier-depth-run" not in states[worker] and len(states[worker]) == 1
