@@ -165,3 +165,17 @@ def test_pooling_drops_an_earlier_stages_worker_state(client, fused20k, tmp_path
     states = client.run(_states)
     for worker in info["cluster_workers"]:
         assert "an-earlier-depth-run" not in states[worker] and len(states[worker]) == 1
+
+
+def _trim_threshold() -> str | None:
+    import os  # noqa: PLC0415
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def test_local_workers_allocate_as_one_process(client):
+    """No MALLOC_TRIM_THRESHOLD_ from distributed's defaults (cluster/client._glibc_malloc_defaults)."""
+    import os  # noqa: PLC0415
+
+    expected = os.environ.get("MALLOC_TRIM_THRESHOLD_")   # one the caller set still reaches them
+    assert set(client.run(_trim_threshold).values()) == {expected}
