@@ -96,9 +96,11 @@ def cluster_pooler(client, fused_ply: Path, layout: VertexLayout, on_gpu: bool, 
                                  pure=False) for i, rng in enumerate(ranges)]
         try:
             results = client.gather(futures)   # in the ranges' order: the key order the parts need
-        except Exception as exc:   # a task's error, retries used up (KilledWorker), the scheduler lost
-            client.cancel(futures)
-            raise _failure(fused_ply, exc) from exc
+        except BaseException as exc:   # a task's error, retries used up (KilledWorker), the scheduler lost
+            client.cancel(futures)     # (and Ctrl-C: no task left running for a stage that ended)
+            if isinstance(exc, Exception):
+                raise _failure(fused_ply, exc) from exc
+            raise
         info["cluster_tasks"] = info.get("cluster_tasks", 0) + len(results)
         info["pool_tasks_seconds"] = info.get("pool_tasks_seconds", 0.0) + time.perf_counter() - t0
         workers = info.setdefault("cluster_workers", {})

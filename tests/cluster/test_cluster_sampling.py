@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow   # worker processes start and load numba: ~10-30 
 from mvs_pipeline.cli import main  # noqa: E402
 from mvs_pipeline.cluster.client import open_client  # noqa: E402
 from mvs_pipeline.cluster.params import ClusterConfig  # noqa: E402
+from mvs_pipeline.depth import cluster_run  # noqa: E402
 from mvs_pipeline.errors import MVSError  # noqa: E402
+from mvs_pipeline.fingerprints import record_path  # noqa: E402
 from mvs_pipeline.io.ply import write_ply  # noqa: E402
 from mvs_pipeline.sampling import stage as sampling  # noqa: E402
 from mvs_pipeline.sampling.params import SamplingConfig  # noqa: E402
@@ -103,10 +105,11 @@ SCENE_RUN = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterati
 CLUSTER = ["--cluster", "local", "--set", "cluster.workers=2"]
 
 
-def test_run_cluster_samples_the_same_file_and_resumes(synth_scene_factory, tmp_path):
+def test_run_cluster_samples_the_same_file_and_resumes(synth_scene_factory, tmp_path, monkeypatch):
     """`run --stages sampling --cluster local` on a fused.ply of 20 000 points (written over the tiny
     scene's): the single-process file, the tasks in run.json; run again, nothing is redone and no
-    cluster is started."""
+    cluster is started. A whole run with only sampling left starts the cluster with the run but
+    has the workers decode no images (that head start is the depth stage's)."""
     scene = synth_scene_factory("object", views=4, width=96, height=72)
     base = tmp_path / "base"
     assert main(["-q", "run", str(scene), "-o", str(base), *SCENE_RUN, "--stages", "load,views,depth,fusion"]) == 0
@@ -130,6 +133,14 @@ def test_run_cluster_samples_the_same_file_and_resumes(synth_scene_factory, tmp_
     assert "sampling_cluster_tasks" not in again and "sampled_points" not in again
     assert "cluster_wait_seconds" not in again   # a finished stage starts no cluster
     assert (cluster / "fused_fps.ply").stat().st_mtime_ns == stamp
+    prefetched = []
+    monkeypatch.setattr(cluster_run, "prefetch_images_on_workers", lambda *a: prefetched.append(a))
+    (cluster / "fused_fps.ply").unlink()
+    record_path(cluster, "sampling").unlink()
+    assert main(["-q", "run", str(scene), "-o", str(cluster), *SCENE_RUN, "--stages", "load,views,depth,fusion,sampling",
+                 *CLUSTER]) == 0
+    assert json.loads((cluster / "run.json").read_text())["counts"]["sampling_cluster_tasks"] >= 1
+    assert not prefetched
 
 
 def test_cluster_plan():
