@@ -66,7 +66,7 @@ def _glibc_malloc_defaults():
     environ`; None unsets it), so they allocate as the single-process run does. A fixed trim
     threshold also turns off glibc's adaptive mmap threshold: every array over 128 KiB is then a
     fresh mmap whose pages fault in, and the sampling stage's pooling of 2 M points took 2.0-2.2 s
-    on a worker against 1.5 s in this process (1.8-2.5 s here with the variable set; CPU, 2 shared
+    on a worker against 1.4-1.9 s in this process (1.8-2.5 s here with the variable set; CPU, 2 shared
     cores, session 23). One set in the environment still reaches the workers."""
     import dask  # noqa: PLC0415 (with distributed, only with --cluster)
 
