@@ -185,7 +185,9 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
                        memory_budget: int | None = None, client=None, retries: int = 2) -> dict[str, Path]:
     """Run the stage. `cfg` is a SamplingConfig (or a PipelineConfig, whose `sampling` section and
     `backend` are used). Returns the output paths by name; `timings`, when given, receives the
-    counts and the seconds of each step (read, spacing, pooling, fps, order, write, preview).
+    counts and the seconds of each step (read, spacing, pooling, fps, order, write, preview; with a
+    `client` also pool_tasks, the part of pooling from the tasks' submission to the last part back,
+    cluster_tasks and cluster_workers).
     `memory_budget`: bytes the stage may hold where it works (default: on the GPU what the run's
     budget leaves, on the CPU no limit); the outputs do not depend on it (memory_plan.py).
     `client`: a distributed.Client (or a function returning one, called only when there is pooling to
