@@ -13,7 +13,8 @@ first imports and kernel loads inside), the command's wall seconds, the tasks pe
 whether every map file is byte-identical to the first mode's of the same backend. The issue's
 targets: local-cuda (1 GPU) within 5 % of none's depth stage; local2 >= 1.7x local1 on CPU.
 With `--stages` running fusion too, each row also says whether the fused cloud is the first
-mode's point set (sorted rows of xyz, normal, colour); with `--gpu-stats`, nvidia-smi is sampled
+mode's point set (sorted rows of xyz, normal, colour), and with sampling whether fused_fps.ply
+is the first mode's byte for byte and how many pooling tasks the cluster ran; with `--gpu-stats`, nvidia-smi is sampled
 every 250 ms during each mode: per GPU the share of samples with the GPU busy, its mean
 utilisation over those, and its peak memory.
 
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
     sets = [a for kv in args.overrides for a in ("--set", kv)]
     if args.warm_up:
         print(f"warm-up: {mvs('-q', 'doctor', '--warm-up'):.1f} s", flush=True)
-    rows, reference, clouds = [], {}, {}
+    rows, reference, clouds, samples = [], {}, {}, {}
     gpus = None
     print(f"load average before: {os.getloadavg()}")
     for mode in args.modes.split(","):
@@ -200,6 +201,9 @@ def main(argv=None) -> int:
         workers = run["counts"].get("depth_cluster_workers", {})
         cloud = out / "fused.ply" if (out / "fused.ply").is_file() else None
         ref_cloud = clouds.setdefault(run["backend"], (mode, cloud))
+        fps = out / "fused_fps.ply"   # the sampling stage's pooling runs on the cluster too: same bytes
+        fps_digest = hashlib.sha256(fps.read_bytes()).hexdigest() if fps.is_file() else None
+        ref_fps = samples.setdefault(run["backend"], (mode, fps_digest))
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
                      "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
@@ -215,6 +219,9 @@ def main(argv=None) -> int:
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
+                     **({"samples_same_as": ref_fps[0] if fps_digest == ref_fps[1] else "DIFFERENT",
+                         "sampling_cluster_tasks": run["counts"].get("sampling_cluster_tasks", 0),
+                         "sampling_step_seconds": run["counts"].get("sampling_step_seconds")} if fps_digest else {}),
                      **({"gpus": gpus} if gpus else {})})
         print(json.dumps(rows[-1]), flush=True)
         if args.discard:
@@ -242,7 +249,8 @@ def main(argv=None) -> int:
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 0 if all(r["identical_to"] != "DIFFERENT" and r.get("cloud_same_as") != "DIFFERENT" for r in rows) else 1
+    return 0 if all(r["identical_to"] != "DIFFERENT" and r.get("cloud_same_as") != "DIFFERENT"
+                    and r.get("samples_same_as") != "DIFFERENT" for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ written in fusion's own 28-byte layout, so the PLY is a fused.ply of that size).
     python benchmarks/bench_sampling.py --sizes 2M --backend cpu --settings default,exact
     python benchmarks/bench_sampling.py --sizes 12M,50M --fps 12M:1.2M,50M:1M --backend cuda
     python benchmarks/bench_sampling.py --sizes 62M --settings default --budget 7 --backend cuda
+    python benchmarks/bench_sampling.py --sizes 4M --settings default --backend cpu --cluster-workers 2
 
 Settings: `default` (SamplingConfig's defaults = configs/default.yaml's sampling section: pool at 2x
 the spacing, 200k FPS prefix, every pooled point written), `exact` (the old default: exact FPS of
@@ -21,12 +22,17 @@ tolerance of a GT point; completeness: GT points within it of an output point; S
 stage that memory budget (sample_fused_cloud's memory_budget; a GPU run's is what `--gpu-memory`
 leaves it): a cloud whose whole-cloud path does not fit is sampled in chunks and parts
 (sampling/streamed.py), and the row says so; its output is the unbudgeted one, byte for byte.
+`--cluster-workers N` runs every row a second time with the pooling on a Dask LocalCluster of N CPU
+worker processes (`run --cluster local`'s, sampling/cluster_pool.py), printing its pooling tasks
+and whether its fused_fps.ply is the single-process one byte for byte (CPU backend only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -86,13 +92,13 @@ def sync(backend: str) -> None:
 
 
 def time_stage(cfg: SamplingConfig, ply: Path, out: Path, backend: str, repeat: int,
-               budget: int | None = None) -> tuple[float, dict, Path]:
+               budget: int | None = None, client=None) -> tuple[float, dict, Path]:
     best, best_steps, paths = np.inf, {}, {}
     for _ in range(repeat):
         steps: dict = {}
         t0 = time.perf_counter()
         paths = sample_fused_cloud(cfg, ply, out, overwrite=True, backend=backend, timings=steps,
-                                   memory_budget=budget)
+                                   memory_budget=budget, client=client)
         sync(backend)
         wall = time.perf_counter() - t0
         if wall < best:
@@ -160,6 +166,8 @@ def main() -> int:
     ap.add_argument("--f1-tolerances", default="0.01,0.02", help="m, comma list (default: %(default)s)")
     ap.add_argument("--tmp", type=Path, default=None, help="folder for the clouds (default: the system's temp)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--cluster-workers", type=int, default=0,
+                    help="also run every row with the pooling on a local Dask cluster of this many CPU workers")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="  %(message)s")
     tolerances = [float(t) for t in args.f1_tolerances.split(",") if t]
@@ -170,46 +178,72 @@ def main() -> int:
         s = time_fps(n, m, args.backend, args.repeat)
         rows.append({"what": "fps", "n": n, "m": m, "seconds": s})
         print(f"FPS {n} -> {m} ({args.backend}): {s:.3f} s", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench_sampling_", dir=args.tmp) as tmp:
-        for size in filter(None, args.sizes.split(",")):
-            n = parse_count(size)
-            ply = Path(tmp) / f"fused_{n}.ply"
-            write_fused_like(ply, n)
-            gt = gt_tree = None
-            if n <= f1_max and tolerances:
-                from scipy.spatial import cKDTree  # noqa: PLC0415
+    with contextlib.ExitStack() as stack:
+        client = None
+        if args.cluster_workers:
+            from mvs_pipeline.cluster.client import open_client  # noqa: PLC0415
+            from mvs_pipeline.cluster.params import ClusterConfig  # noqa: PLC0415
 
-                gt = surface_cloud(max(n, 2_000_000), seed=12345, noise=0.0)
-                gt_tree = cKDTree(gt)
-                fused_f1 = f1_scores(read_ply(ply).xyz, gt, gt_tree, tolerances)
-                print(f"F1 of fused.ply, N = {n}: " + ", ".join(f"@{t} m {f:.4f}" for t, f in zip(tolerances, fused_f1)))
-            for name in filter(None, args.settings.split(",")):
-                cfg = dataclasses.replace(SamplingConfig(), **SETTINGS[name])
-                print(f"stage, N = {n}, {name}: {cfg}", flush=True)
-                budget = None if args.budget is None else int(args.budget * 2**30)
-                s, steps, out = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}", args.backend, args.repeat, budget)
-                row = {"what": "stage", "setting": name, "n": n, "samples": steps.get("written_points"),
+            client = stack.enter_context(open_client(ClusterConfig(kind="local", workers=args.cluster_workers)))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_sampling_", dir=args.tmp))
+        rows += stage_rows(args, tmp, client, tolerances, f1_max)
+    if args.json:
+        args.json.write_text(json.dumps({"commit": commit(), "backend": args.backend, "rows": rows}, indent=1))
+    return 0
+
+
+def stage_rows(args, tmp: str, client, tolerances: list[float], f1_max: int) -> list[dict]:
+    rows = []
+    modes = ["none"] + ([f"local{args.cluster_workers}"] if client is not None else [])
+    for size in filter(None, args.sizes.split(",")):
+        n = parse_count(size)
+        ply = Path(tmp) / f"fused_{n}.ply"
+        write_fused_like(ply, n)
+        gt = gt_tree = None
+        if n <= f1_max and tolerances:
+            from scipy.spatial import cKDTree  # noqa: PLC0415
+
+            gt = surface_cloud(max(n, 2_000_000), seed=12345, noise=0.0)
+            gt_tree = cKDTree(gt)
+            fused_f1 = f1_scores(read_ply(ply).xyz, gt, gt_tree, tolerances)
+            print(f"F1 of fused.ply, N = {n}: " + ", ".join(f"@{t} m {f:.4f}" for t, f in zip(tolerances, fused_f1)))
+        for name in filter(None, args.settings.split(",")):
+            cfg = dataclasses.replace(SamplingConfig(), **SETTINGS[name])
+            print(f"stage, N = {n}, {name}: {cfg}", flush=True)
+            budget = None if args.budget is None else int(args.budget * 2**30)
+            single_digest = None
+            for mode in modes:
+                s, steps, out = time_stage(cfg, ply, Path(tmp) / f"out_{n}_{name}_{mode}", args.backend, args.repeat,
+                                           budget, client if mode != "none" else None)
+                row = {"what": "stage", "setting": name, "n": n, "mode": mode, "samples": steps.get("written_points"),
                        "pooled": steps.get("pooled_points"), "seconds": s, "budget_gib": args.budget,
                        "streamed": "chunk_rows" in steps,
                        **{k: steps.get(f"{k}_seconds", 0.0) for k in STEPS}}
                 split = ", ".join(f"{k} {row[k]:.2f}" for k in STEPS)
                 how = (f", in chunks of {steps['chunk_rows']} and parts of {steps['part_points']}"
                        if row["streamed"] else "")
-                print(f"stage, N = {n}, {name} ({args.backend}): {s:.3f} s -> {row['samples']} points "
+                print(f"stage, N = {n}, {name} ({args.backend}, {mode}): {s:.3f} s -> {row['samples']} points "
                       f"(pooled {row['pooled']}{how}); steps: {split}", flush=True)
+                digest = hashlib.sha256(out.read_bytes()).hexdigest()
+                if mode == "none":
+                    single_digest = digest
+                else:
+                    row.update(cluster_tasks=steps.get("cluster_tasks"), pool_tasks=steps.get("pool_tasks_seconds"),
+                               same_file=digest == single_digest)
+                    print(f"  {row['cluster_tasks']} pooling tasks on the workers ({row['pool_tasks'] or 0:.2f} s "
+                          f"from submission to the last part back); the single-process file byte for byte: "
+                          f"{row['same_file']}", flush=True)
                 row["disk_write"], row["disk_fsync"] = disk_check(out)
                 print(f"  the same {out.stat().st_size / 2**30:.2f} GiB written again: {row['disk_write']:.2f} s, "
                       f"fsync {row['disk_fsync']:.2f} s", flush=True)
                 if gt is not None:
                     row["f1"] = dict(zip(map(str, tolerances), f1_scores(read_ply(out).xyz, gt, gt_tree, tolerances)))
                     row["f1_fused"] = dict(zip(map(str, tolerances), fused_f1))
-                    print(f"  F1 of fused_fps.ply: " + ", ".join(f"@{t} m {v:.4f}" for t, v in row["f1"].items()))
+                    print("  F1 of fused_fps.ply: " + ", ".join(f"@{t} m {v:.4f}" for t, v in row["f1"].items()))
                 rows.append(row)
                 out.unlink()
-            ply.unlink()
-    if args.json:
-        args.json.write_text(json.dumps({"commit": commit(), "backend": args.backend, "rows": rows}, indent=1))
-    return 0
+        ply.unlink()
+    return rows
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "mesh", "evaluate")
 # Stages whose work runs on `--cluster`'s Dask workers: the cluster starts with the run when one of
 # them has work left, and begins shutting down as the last of them in the run ends
-CLUSTER_STAGES = ("depth", "fusion")
+CLUSTER_STAGES = ("depth", "fusion", "sampling")
 # Stages a run without --stages leaves out unless the config enables them (mesh.enabled)
 OPTIONAL_STAGES = ("mesh",)
 
@@ -146,7 +146,10 @@ class RunContext:
 # Stages are imported when they run: the heavy ones pull in numba and CuPy.
 def _run_load(ctx: RunContext) -> None:
     scene_stage.run(ctx)
-    if ctx.cluster is not None:   # --cluster: the workers decode the images while views run here
+    # --cluster: the workers decode the images while views run here, unless depth is done (a
+    # cluster started for the later stages alone, e.g. sampling's pooling, has no use for them;
+    # a finished depth stage redone for a changed input decodes them in its tasks instead)
+    if ctx.cluster is not None and (ctx.overwrite or not fingerprints.finished(ctx.out_dir, "depth")):
         from .depth.cluster_run import prefetch_images_on_workers  # noqa: PLC0415 (imports distributed)
 
         prefetch_images_on_workers(ctx.require_client(), ctx.scene)

@@ -1,4 +1,5 @@
-"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks (Dask).
+"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks and the
+sampling stage's pooling tasks (Dask).
 
 (field metadata and what `None` means: mvs_pipeline/field_meta.py)
 """

@@ -6,6 +6,7 @@
     plan.chunk_rows, plan.part_points   rows a pass decodes at once, points a pooling part holds
     plan.bin_bits                   the key histogram's bins: 2^bin_bits
     None                            not even the streamed path fits the budget
+    cluster_plan(plan, count, workers)   the streamed plan of `run --cluster` (cluster_pool.py)
 
 The budget is the bytes the stage may allocate where it works: on the GPU the run's budget
 (gpu/memory_budget.usable_bytes(), `--gpu-memory`), on the CPU only a budget the caller passes
@@ -19,7 +20,7 @@ and FPS makes its own check (points/fps/ops.py) on a GPU the parts have left.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 HEADROOM = 0.9
 # The whole-cloud path: fused.ply's records, their columns and the pooling of all of them at once
@@ -71,7 +72,7 @@ def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None,
     `whole_scratch`: the whole path's bytes per point beyond its records and columns (GPU_... there)."""
     if budget is None or whole_bytes(count, record_bytes, fields, whole_scratch) <= HEADROOM * budget:
         return MemoryPlan(whole=True)
-    bin_bits = min(MAX_BIN_BITS, max(MIN_BIN_BITS, (int(count) // 16).bit_length()))
+    bin_bits = histogram_bits(count)
     usable = HEADROOM * budget - BIN_BYTES * (1 << bin_bits)
     records = count * record_bytes
     for resident in (True, False) if records <= RESIDENT_SHARE * usable else (False,):
@@ -83,6 +84,31 @@ def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None,
             return MemoryPlan(whole=False, resident=resident, chunk_rows=chunk_rows, part_points=part_points,
                               bin_bits=bin_bits)
     return None
+
+
+def histogram_bits(count: int) -> int:
+    return min(MAX_BIN_BITS, max(MIN_BIN_BITS, (int(count) // 16).bit_length()))
+
+
+# The cluster path (cluster_pool.py) pools one part per task, and each task reads all of fused.ply
+# to gather its part's points: about one part per worker, then, a tenth larger than an even share
+# so that the greedy grouping (voxel_pool/partition.py) leaves no small last part costing a pass.
+CLUSTER_PART_SLACK = 1.1
+# Rows a pass decodes at once there when the whole path would fit (no budget to follow): the
+# client's passes over its held records and each worker's over the file (~250 MB of columns).
+CLUSTER_CHUNK_ROWS = 1 << 21
+
+
+def cluster_plan(plan: MemoryPlan, count: int, workers: int) -> MemoryPlan:
+    """The streamed plan of `run --cluster`: parts of about count / workers points (fewer where
+    `plan` streams with smaller ones: a worker has the budget the plan was made for). A whole plan
+    becomes one that holds the records for the client's passes, as the whole path holds them.
+    The files do not depend on the plan (streamed.py), so neither on the number of workers."""
+    share = max(MIN_PART_POINTS, int(CLUSTER_PART_SLACK * -(-count // max(1, workers))))
+    if not plan.whole:
+        return replace(plan, part_points=min(plan.part_points, share))
+    return MemoryPlan(whole=False, resident=True, chunk_rows=min(count, CLUSTER_CHUNK_ROWS), part_points=share,
+                      bin_bits=histogram_bits(count))
 
 
 def min_streamed_budget(count: int, record_bytes: int, fields: int) -> int:

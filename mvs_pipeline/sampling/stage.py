@@ -28,6 +28,13 @@ run's, `--gpu-memory`; on the CPU one a caller passes). A larger cloud is sample
 parts within the budget, on the same device (streamed.py), into the same fused_fps.ply byte for
 byte: before, a cloud over the GPU's budget fell back to the CPU whole (62 M points at
 --gpu-memory 8 on an H200: 48.7 s and 14.9 GB of host memory instead of 15.6 s).
+
+On `run --cluster` (a Dask client given), a pooled cloud of the fast layout takes the streamed path
+with about one pooling part per worker (memory_plan.cluster_plan) and the parts are pooled as Dask
+tasks on the workers (cluster_pool.py); the scan, the key histogram, FPS and the write stay here.
+Same file byte for byte: the streamed path's parts do not depend on where, or in how many pieces,
+they are pooled. Without pooling (or a PLY of another layout) there is nothing to spread: the stage
+runs here, as without --cluster.
 """
 
 from __future__ import annotations
@@ -175,12 +182,16 @@ def _read(path: Path, layout, on_gpu: bool) -> PointCloud:
 
 def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = False,
                        backend: str | None = None, timings: dict | None = None,
-                       memory_budget: int | None = None) -> dict[str, Path]:
+                       memory_budget: int | None = None, client=None, retries: int = 2) -> dict[str, Path]:
     """Run the stage. `cfg` is a SamplingConfig (or a PipelineConfig, whose `sampling` section and
     `backend` are used). Returns the output paths by name; `timings`, when given, receives the
-    counts and the seconds of each step (read, spacing, pooling, fps, order, write, preview).
+    counts and the seconds of each step (read, spacing, pooling, fps, order, write, preview; with a
+    `client` also pool_tasks, the part of pooling from the tasks' submission to the last part back,
+    cluster_tasks and cluster_workers).
     `memory_budget`: bytes the stage may hold where it works (default: on the GPU what the run's
-    budget leaves, on the CPU no limit); the outputs do not depend on it (memory_plan.py)."""
+    budget leaves, on the CPU no limit); the outputs do not depend on it (memory_plan.py).
+    `client`: a distributed.Client (or a function returning one, called only when there is pooling to
+    do) whose workers pool the key ranges, each task `retries` times at most (cluster_pool.py)."""
     if hasattr(cfg, "sampling"):
         backend = backend or cfg.backend
         cfg = cfg.sampling
@@ -206,8 +217,11 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
     if layout is not None and layout.count == 0:
         raise MVSError(f"{fused_ply}: the fused cloud has no points; nothing to sample")
     on_gpu, plan = _plan(backend, fused_ply, layout, memory_budget) if do_samples else (False, MemoryPlan(True))
+    pool_ranges = None
+    if client is not None and do_samples and layout is not None and pools(cfg):
+        plan, pool_ranges = _on_cluster(client, fused_ply, layout, plan, on_gpu, retries, info)
     if not plan.whole:
-        written = sample_streamed(cfg, fused_ply, layout, plan, on_gpu, backend, paths, info)
+        written = sample_streamed(cfg, fused_ply, layout, plan, on_gpu, backend, paths, info, pool_ranges)
         info["written_points"] = written
         _log_steps(info, written, paths["samples"])
         do_samples = False
@@ -240,6 +254,20 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
     return {k: p for k, p in paths.items() if p.exists()}  # no ortho.png without colours
 
 
+def _on_cluster(client, fused_ply: Path, layout, plan: MemoryPlan, on_gpu: bool, retries: int, info: dict):
+    """(the streamed plan of the cluster path, the pool_ranges that sends the key ranges to the workers)."""
+    from .cluster_pool import cluster_pooler, worker_count  # noqa: PLC0415 (distributed, only with --cluster)
+    from .memory_plan import cluster_plan  # noqa: PLC0415
+
+    if not hasattr(client, "submit"):
+        client = client()
+    workers = worker_count(client)
+    plan = cluster_plan(plan, layout.count, workers)
+    log.info("sampling: pooling on the cluster's %d worker(s), parts of at most %d points", workers,
+             plan.part_points)
+    return plan, cluster_pooler(client, fused_ply, layout, on_gpu, retries, info)
+
+
 def _log_steps(info: dict, written: int, path: Path) -> None:
     log.info("sampling: %d FPS samples of %d points, %d written -> %s (seconds: read %.2f, spacing %.2f, "
              "pool %.2f, FPS %.2f, order %.2f, write %.2f, preview %.2f)", info["num_samples"],
@@ -258,11 +286,17 @@ def stage_backend(requested: str, resolved: str) -> str:
 def run(ctx) -> None:
     """The pipeline's `sampling` stage: `ctx` is pipeline.RunContext."""
     info: dict = {}
+    # --cluster: the pooling's key ranges on the workers (the client asked for only when pooling is to do)
+    client = ctx.require_client if ctx.cluster_wanted else None
     sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite,
-                       backend=stage_backend(ctx.cfg.backend, ctx.backend), timings=info)
+                       backend=stage_backend(ctx.cfg.backend, ctx.backend), timings=info, client=client,
+                       retries=ctx.cfg.cluster.retries)
     if "written_points" in info:  # where the stage's time went, for run.json (benchmarks/bench_scale.py)
         ctx.counts["sampled_points"] = info["written_points"]
         ctx.counts["sampling_step_seconds"] = {k[:-len("_seconds")]: round(v, 3) for k, v in info.items()
                                                if k.endswith("_seconds")}
     if "chunk_rows" in info:  # sampled in chunks and parts within the memory budget (streamed.py)
         ctx.counts["sampling_streamed"] = {"chunk_rows": info["chunk_rows"], "part_points": info["part_points"]}
+    if "cluster_tasks" in info:   # what ran where: the pooling tasks per worker (cluster_pool.py)
+        ctx.counts["sampling_cluster_tasks"] = info["cluster_tasks"]
+        ctx.counts["sampling_cluster_workers"] = info["cluster_workers"]

@@ -12,7 +12,8 @@ file chunk by chunk; on the GPU with on_gpu):
                GPU if its own check finds room), or on fused.ply's without pooling
     order, write   the samples' rows picked, then the file written in blocks packed on threads (ordered_output.py)
 Each gives the whole path's result exactly: the same spacing (same subsample), the same voxels
-(the whole cloud's frame, disjoint key ranges), the same FPS input and so the same samples, and the
+(the whole cloud's frame, disjoint key ranges, wherever they are pooled: on `run --cluster`
+the Dask workers pool them, cluster_pool.py), the same FPS input and so the same samples, and the
 same rows in the same order. Only the preview's centroid (a float64 sum in another order) may differ
 in its last bits (io/cloud_preview.py).
 """
@@ -66,7 +67,7 @@ def _coordinates(source, chunk_rows: int) -> np.ndarray:
     return out
 
 
-def _voxel_and_parts(cfg: SamplingConfig, source, scan, plan: MemoryPlan, info: dict, clock):
+def _voxel_and_parts(cfg: SamplingConfig, source, scan, plan: MemoryPlan, info: dict, clock, pool_ranges=None):
     """The pooled parts (host clouds in key order), or None where the spacing is 0 (no pooling)."""
     from .points.spacing import spacing_of_sample  # noqa: PLC0415
     from .points.voxel_pool.frame import voxel_frame  # noqa: PLC0415
@@ -81,7 +82,8 @@ def _voxel_and_parts(cfg: SamplingConfig, source, scan, plan: MemoryPlan, info: 
     parts = None
     if voxel > 0:
         frame = voxel_frame(scan.lo, scan.hi, voxel)
-        parts = pool_in_parts(source, frame, scan.centre, plan.part_points, plan.chunk_rows, plan.bin_bits)
+        parts = pool_in_parts(source, frame, scan.centre, plan.part_points, plan.chunk_rows, plan.bin_bits,
+                              pool_ranges)
     else:
         log.warning("sampling: the fused cloud's median point spacing is 0; FPS without pre-pooling")
     info["pool_voxel_size"] = voxel
@@ -89,9 +91,10 @@ def _voxel_and_parts(cfg: SamplingConfig, source, scan, plan: MemoryPlan, info: 
 
 
 def sample_streamed(cfg: SamplingConfig, fused_ply: Path, layout: VertexLayout, plan: MemoryPlan, on_gpu: bool,
-                    backend: str, paths: dict, info: dict) -> int:
+                    backend: str, paths: dict, info: dict, pool_ranges=None) -> int:
     """Write paths["samples"] (and paths["indices"] without pooling) and the preview; returns the
-    points written. `info` gets the counts and step seconds the whole path reports."""
+    points written. `info` gets the counts and step seconds the whole path reports. `pool_ranges`:
+    where the key ranges are pooled (cluster_pool.py; default: here, one after the other)."""
     from .points.fps.ops import farthest_point_sampling  # noqa: PLC0415
     from .points.spacing import sample_rows  # noqa: PLC0415
     from .points.validate import to_host  # noqa: PLC0415
@@ -116,7 +119,7 @@ def sample_streamed(cfg: SamplingConfig, fused_ply: Path, layout: VertexLayout, 
     clock("read")
     parts = None
     if pools(cfg):
-        parts = _voxel_and_parts(cfg, source, scan, plan, info, clock)
+        parts = _voxel_and_parts(cfg, source, scan, plan, info, clock, pool_ranges)
     del source  # the records held for the passes leave the GPU before FPS
     target = parts_source(parts) if parts is not None else file_source(fused_ply, layout)
     if pools(cfg):

@@ -71,3 +71,30 @@ def test_fusion_ranges_on_gpu_workers(consume, tmp_path):
         first = HEADER_BYTES + ranges[0][3] * VERTEX_DTYPE.itemsize
         assert (cluster / "fused.ply").read_bytes()[HEADER_BYTES:first] == \
             (single / "fused.ply").read_bytes()[HEADER_BYTES:first]
+
+
+def test_sampling_pooled_on_gpu_workers_gives_the_single_gpu_file(tmp_path):
+    """The sampling stage's key ranges pooled on dask-cuda workers (sampling/cluster_pool.py, each
+    task reading fused.ply to its GPU): the single-process GPU file, whole-path plan and budgets
+    that stream. Written without a GPU at hand (session 23): first run on a GPU machine."""
+    pytest.importorskip("dask_cuda")
+    from mvs_pipeline.cluster.client import open_client  # noqa: PLC0415
+    from mvs_pipeline.cluster.params import ClusterConfig  # noqa: PLC0415
+    from mvs_pipeline.io.ply import write_ply  # noqa: PLC0415
+    from mvs_pipeline.sampling import stage as sampling  # noqa: PLC0415
+    from mvs_pipeline.sampling.params import SamplingConfig  # noqa: PLC0415
+
+    from ..sampling.test_sampling_stage import fused_cloud  # noqa: PLC0415
+    from ..sampling.test_streamed_sampling import budgets  # noqa: PLC0415
+
+    fused = tmp_path / "fused.ply"
+    write_ply(fused, fused_cloud(20000, seed=4))
+    cfg = SamplingConfig(max_samples=300)
+    single = sampling.sample_fused_cloud(cfg, fused, tmp_path / "single", backend="cuda")["samples"].read_bytes()
+    with open_client(ClusterConfig(kind="local-cuda")) as client:
+        for mode, budget in {"whole": None, **budgets(fused)}.items():
+            info: dict = {}
+            got = sampling.sample_fused_cloud(cfg, fused, tmp_path / mode, backend="cuda", memory_budget=budget,
+                                              client=client, timings=info)
+            assert got["samples"].read_bytes() == single, mode
+            assert info["cluster_tasks"] >= 1 and "client" not in info["cluster_workers"]

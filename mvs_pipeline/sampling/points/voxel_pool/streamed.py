@@ -102,21 +102,30 @@ def _reduction_backend(cloud: PointCloud) -> str:
     return "cpu" if array_module(cloud.xyz) is np else "cuda"
 
 
+def pool_range(source, frame: VoxelFrame, centre: np.ndarray, rng: KeyRange, cap: int, chunk_rows: int) -> PointCloud:
+    """The pooled voxels of key range `rng` as a host cloud: its points gathered in one pass over
+    `source` and pooled where the source's chunks live (CuPy: on the GPU), or on the host for a
+    single voxel of over `cap` points. One part of pool_in_parts; also one task of the sampling
+    stage on `run --cluster` (sampling/cluster_pool.py)."""
+    oversize = rng.count > cap
+    if oversize:
+        log.warning("sampling: one voxel holds %d points, more than a part's %d; pooling it on the host",
+                    rng.count, cap)
+    part = gather_range(source, frame, centre, rng, chunk_rows, on_host=oversize)
+    got = pool_in_frame(part, centre, frame, _reduction_backend(part))
+    del part
+    return to_host_cloud(got)
+
+
 def pool_in_parts(source, frame: VoxelFrame, centre: np.ndarray, cap: int, chunk_rows: int,
-                  bin_bits: int = BIN_BITS) -> list[PointCloud]:
+                  bin_bits: int = BIN_BITS, pool_ranges=None) -> list[PointCloud]:
     """pool_point_cloud of the whole `source` as host pieces in key order (their concatenation is
-    the whole pooling's cloud). Parts run where the source's chunks live (CuPy: on the GPU)."""
+    the whole pooling's cloud). Parts run where the source's chunks live (CuPy: on the GPU), one
+    after the other; or, with `pool_ranges(frame, centre, ranges, cap, chunk_rows)`, wherever it
+    pools them (the Dask workers of `run --cluster`), which must return pool_range's clouds in
+    the ranges' order. The ranges are planned here either way, so they do not depend on it."""
     ranges = plan_key_ranges(source, frame, centre, cap, chunk_rows, bin_bits)
     log.info("sampling: pooling %d points in %d parts of at most %d points", source.count, len(ranges), cap)
-    pooled = []
-    for rng in ranges:
-        oversize = rng.count > cap
-        if oversize:
-            log.warning("sampling: one voxel holds %d points, more than a part's %d; pooling it on the host",
-                        rng.count, cap)
-        part = gather_range(source, frame, centre, rng, chunk_rows, on_host=oversize)
-        got = pool_in_frame(part, centre, frame, _reduction_backend(part))
-        del part
-        pooled.append(to_host_cloud(got))
-        del got
-    return pooled
+    if pool_ranges is not None:
+        return pool_ranges(frame, centre, ranges, cap, chunk_rows)
+    return [pool_range(source, frame, centre, rng, cap, chunk_rows) for rng in ranges]
