@@ -1,7 +1,7 @@
 // Exact farthest point sampling of one large cloud over the whole GPU (fps_tree_persistent) and
-// the Morton codes its launcher sorts the points by (fps_morton_codes; fps/batched.py sorts with
-// them too). Launcher: fps_tree in mvs_pipeline/sampling/points/fps/cuda.py; the sequence's
-// definition: sampling_fps_common.cuh.
+// the Morton codes its launcher sorts the points by (fps_morton_codes, or the lean sort's kernels:
+// sampling_fps_morton.cuh; fps/batched.py sorts with them too). Launcher: fps_tree in
+// mvs_pipeline/sampling/points/fps/cuda.py; the sequence's definition: sampling_fps_common.cuh.
 //
 // Points are sorted along a Morton curve and cut into leaves of `leaf_size` points; leaf j belongs
 // to block j % G and, in it, to one thread, which keeps the leaf's best key in a register and its
@@ -13,41 +13,9 @@
 
 #include "sampling_fps_common.cuh"
 
-// ---------------------------------------------------------------------------------------------
-// Morton codes (21 bits per axis) of the points, for the spatial sort of the tree kernel.
-// The order only shapes the leaves; the samples do not depend on it.
-// ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ unsigned long long fps_spread_bits(unsigned int v)
-{
-    unsigned long long x = v & 0x1fffffu;
-    x = (x | (x << 32)) & 0x1f00000000ffffull;
-    x = (x | (x << 16)) & 0x1f0000ff0000ffull;
-    x = (x | (x << 8)) & 0x100f00f00f00f00full;
-    x = (x | (x << 4)) & 0x10c30c30c30c30c3ull;
-    x = (x | (x << 2)) & 0x1249249249249249ull;
-    return x;
-}
-
-__device__ __forceinline__ unsigned int fps_quantize(float v, float lo, float scale)
-{
-    const float q = (v - lo) * scale;
-    if (!(q > 0.0f)) return 0u;
-    if (q >= 2097151.0f) return 2097151u;
-    return (unsigned int)q;
-}
-
-extern "C" __global__ void fps_morton_codes(
-    const float* __restrict__ xyz,  // [N, 3]
-    const int n, const float lox, const float loy, const float loz, const float scale,
-    unsigned long long* __restrict__ codes)  // [N]
-{
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // 3 * i passes 2^31 at 716 M points
-    if (i >= n) return;
-    const unsigned int qx = fps_quantize(xyz[3 * i], lox, scale);
-    const unsigned int qy = fps_quantize(xyz[3 * i + 1], loy, scale);
-    const unsigned int qz = fps_quantize(xyz[3 * i + 2], loz, scale);
-    codes[i] = fps_spread_bits(qx) | (fps_spread_bits(qy) << 1) | (fps_spread_bits(qz) << 2);
-}
+// The Morton codes and the lean sort's keys and gather: their own header, which the host emulation
+// of tests/sampling/test_fps_morton_host.py compiles without the persistent kernel's intrinsics.
+#include "sampling_fps_morton.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Persistent multi-block kernel for one large cloud (N < 2^FPS_INDEX_BITS).

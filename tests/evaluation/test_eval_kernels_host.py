@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -21,6 +19,8 @@ from mvs_pipeline.evaluation.cpu import classify_points_cpu
 from mvs_pipeline.evaluation.sphere_grid import ANGLE_SLACK, build_sphere_grids, direction_cells
 from mvs_pipeline.evaluation.toy_scenes import perturbed_reconstruction, room_scene
 from mvs_pipeline.paths import CUDA_DIR
+from tests.host_kernels import build_host_library
+from tests.host_kernels import pointer as _p
 
 # Test scaffolding (not kernel code): CUDA's keywords for a host compiler, and one loop per kernel.
 HOST_PRELUDE = r"""
@@ -63,20 +63,8 @@ extern "C" void host_grid_nearest(const double* q, const long long* subset, int 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler for the host emulation of the CUDA kernels")
-    d = tmp_path_factory.mktemp("host_kernels")
-    src = d / "host.cpp"
-    src.write_text(HOST_PRELUDE + f'#include "{CUDA_DIR / "evaluation_eth3d.cu"}"\n' + HOST_WRAPPERS)
-    so = d / "host.so"
-    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o", str(so), str(src)],
-                   check=True, capture_output=True, text=True)
-    return ctypes.CDLL(str(so))
-
-
-def _p(a):
-    return a.ctypes.data_as(ctypes.c_void_p)
+    source = HOST_PRELUDE + f'#include "{CUDA_DIR / "evaluation_eth3d.cu"}"\n' + HOST_WRAPPERS
+    return build_host_library(tmp_path_factory, "host_kernels", source)
 
 
 def test_sphere_cells_match_cpu_layout(lib):

@@ -587,19 +587,6 @@ def test_public_api_sends_clouds_over_the_limit_to_the_cpu(monkeypatch, caplog):
     np.testing.assert_array_equal(idx, fps_reference(xyz, 50, 3)[0])
 
 
-def test_tree_memory_estimate_grows_and_fits_up_to_the_limit():
-    """tree_memory_bytes (gpu_memory_fallback's input) grows with N and M, covers the ~40 B a point
-    counted at the Morton argsort plus a host copy, and keeps 2^29 - 1 points within 90 % of 80 GB."""
-    from mvs_pipeline.sampling.points.fps import cuda as kfps
-
-    sizes = [1, 10**6, 161_140_616, kfps.TREE_MAX_POINTS - 1]
-    need = [kfps.tree_memory_bytes(n, 1000) for n in sizes]
-    assert need == sorted(need) and len(set(need)) == len(need)
-    assert kfps.tree_memory_bytes(10**6, 10**5) > kfps.tree_memory_bytes(10**6, 10**3)
-    assert all(kfps.tree_memory_bytes(n, 1000) >= 52 * n for n in sizes)
-    assert kfps.tree_memory_bytes(kfps.TREE_MAX_POINTS - 1, 10**6) < 0.9 * 80e9
-
-
 # Static shared memory of both fps_batched_persistent variants (nvcc -Xptxas -v, sm_90: 36,928 B) and
 # the largest block an H100 / H200 may opt in to.
 BATCHED_STATIC_SHARED = 36928

@@ -23,8 +23,8 @@ from .cuda import (
     _OPTIONS,
     _indices_of_keys,
     _max_blocks_per_sm,
-    _morton_sorted,
     check_one_cloud,
+    morton_sorted,
     opt_in_shared,
     raise_if_timed_out,
     static_shared_bytes,
@@ -86,11 +86,12 @@ def leaf_variant_options(leaf: int) -> tuple[str, ...]:
 
 
 def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, grid: int | None = None,
-                timeout_s: float = 10.0, profile: bool = False):
+                timeout_s: float = 10.0, profile: bool = False, lean: bool = False):
     """Exact FPS of one cloud. xyz [N, 3] float32 CuPy -> (indices [M] int64, d2 at selection
-    [M] float32 (+inf for sample 0), info dict: grid, leaf_size, rounds; with `profile`, block 0's
+    [M] float32 (+inf for sample 0), info dict: grid, leaf_size, rounds, sort; with `profile`, block 0's
     cycles per phase and counters under "profile", from a variant built with them (NVRTC at its
-    first use: it is not precompiled))."""
+    first use: it is not precompiled)). `lean`: memory.py's lean Morton sort (less memory, the
+    same samples)."""
     cupy = import_cupy()
     n, m = check_one_cloud(cupy, xyz, num_samples, start, "fps_batched")
     device = cupy.cuda.Device()
@@ -117,9 +118,7 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
     if per_sm is not None and per_sm < 1:
         raise BackendUnavailable(f"fps_batched: a block of {THREADS} threads with {shared} B shared does not fit "
                                  "an SM")
-    pts, order = _morton_sorted(cupy, xyz)
-    start_pos = int(cupy.nonzero(order == start)[0][0].get())
-    del order
+    pts, start_pos = morton_sorted(cupy, xyz, start, lean)
     mind = cupy.empty(n, dtype=cupy.float32)
     slots = cupy.zeros(2 * grid * (OFFERS + 1) * 8, dtype=cupy.uint64)
     sel_key = cupy.zeros(m, dtype=cupy.uint64)
@@ -131,9 +130,10 @@ def fps_batched(xyz, num_samples: int, start: int, *, leaf_size: int | None = No
             np.int32(leaf), np.int32(lpb), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
     raise_if_timed_out(status, "fps_batched_persistent", "an exchange", timeout_s, grid)
+    del pts, mind   # before the decode: memory.py's "indices" phase
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
     info = {"grid": grid, "threads": THREADS, "leaf_size": leaf, "leaves_per_block": lpb,
-            "rounds": int(rounds.get()[0]), "offers": OFFERS}
+            "rounds": int(rounds.get()[0]), "offers": OFFERS, "sort": "lean" if lean else "fast"}
     if profile:
         info["profile"] = dict(zip(PROFILE_FIELDS, counters.get().tolist()))
     return indices, d2, info

@@ -129,15 +129,6 @@ def fps_block(xyz, start, num_samples: int):
     return out_idx, out_d2
 
 
-def tree_memory_bytes(n: int, m: int) -> int:
-    """GPU memory the tree path (fps_tree and fps_batched) needs: sort keys and permutation, sorted
-    float4 copy, scratch. Counted from the arrays (not measured), the peak is the Morton argsort's,
-    about 40 B a point (the uint64 codes, CuPy's copy of them, the int64 order and the sort's double
-    buffers), plus 12 B when the cloud comes from the host: 96 leaves a margin. Linear in N up to
-    TREE_MAX_POINTS (about 51.5 GB at 2^29 points, within an 80 GB GPU's 90 %)."""
-    return 96 * int(n) + 8 * int(m) + (64 << 20)
-
-
 def default_tree_threads(blocks_per_sm: int) -> int:
     return max(64, (TREE_THREADS // max(1, int(blocks_per_sm))) // 32 * 32)
 
@@ -206,17 +197,26 @@ def _max_blocks_per_sm(cupy, kernel, threads: int, shared_bytes: int) -> int | N
         return None
 
 
+def _morton_frame(lo, hi) -> tuple[np.ndarray, float]:
+    """(lo [3] float64, scale) mapping the cloud's box onto the codes' 21 bits an axis."""
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    extent = float((hi - lo).max())
+    return lo, 2097151.0 / extent if extent > 0 else 0.0
+
+
+def _frame_args(lo: np.ndarray, scale: float) -> tuple:
+    return np.float32(lo[0]), np.float32(lo[1]), np.float32(lo[2]), np.float32(scale)
+
+
 def _morton_sorted(cupy, xyz):
     """(pts [N, 4] float32: x, y, z sorted along a Morton curve and the original index as int
-    bits, one 16-byte load a point; order [N]: the original index of each sorted point)."""
+    bits, one 16-byte load a point; order [N]: the original index of each sorted point).
+    The fast variant; its memory phase by phase: memory.py."""
     n = int(xyz.shape[0])
-    lo, hi = (cupy.asnumpy(b).astype(np.float64) for b in column_bounds(xyz))
-    extent = float((hi - lo).max())
-    scale = 2097151.0 / extent if extent > 0 else 0.0
+    lo, scale = _morton_frame(*(cupy.asnumpy(b) for b in column_bounds(xyz)))
     codes = cupy.empty(n, dtype=cupy.uint64)
     get_kernel(TREE_CU, "fps_morton_codes", _OPTIONS)(
-        (-(-n // 256),), (256,),
-        (xyz, np.int32(n), np.float32(lo[0]), np.float32(lo[1]), np.float32(lo[2]), np.float32(scale), codes))
+        (-(-n // 256),), (256,), (xyz, np.int32(n), *_frame_args(lo, scale), codes))
     order = cupy.argsort(codes)
     del codes
     pts = cupy.empty((n, 4), dtype=cupy.float32)
@@ -225,22 +225,80 @@ def _morton_sorted(cupy, xyz):
     return pts, order
 
 
+def lean_key_bits(n: int) -> tuple[int, int]:
+    """(code_shift, index_bits) of the lean keys for n points: the index's bits at the bottom, above
+    them as many whole levels of the 63-bit code as fit (36 bits, 12 an axis, up to 2^28 points;
+    cells of 1/4096 of the cloud's extent, far below a leaf of 128+ points)."""
+    index_bits = max(1, (int(n) - 1).bit_length())
+    code_bits = (64 - index_bits) // 3 * 3
+    return 63 - code_bits, index_bits
+
+
+def _column_bounds_in_place(cupy, xyz) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of xyz's columns by a strided reduction each: no [3, N] copy (column_bounds makes one,
+    12 B a point). Exact minima and maxima, so the same frame as the fast variant's."""
+    lo = np.array([float(xyz[:, a].min()) for a in range(3)])
+    hi = np.array([float(xyz[:, a].max()) for a in range(3)])
+    return lo, hi
+
+
+def _morton_sorted_lean(cupy, xyz, start: int):
+    """The lean variant of _morton_sorted -> (pts [N, 4] as there, the sorted position of `start`).
+    One u64 key a point (code levels above the index) sorted in place, then a kernel gathers the
+    float4 copy in key order: 24 B a point at the peak instead of 41 (memory.py). The cached sort
+    buffer (8 B a point, too small for the float4 copy) is handed back before the gather: cached, it
+    would add to the pool's held bytes, and a small block split from it would pin it there."""
+    n = int(xyz.shape[0])
+    lo, scale = _morton_frame(*_column_bounds_in_place(cupy, xyz))
+    code_shift, index_bits = lean_key_bits(n)
+    start_pos = cupy.full(1, -1, dtype=cupy.int32)   # before the large arrays: small blocks split no big chunk
+    keys = cupy.empty(n, dtype=cupy.uint64)
+    blocks = (-(-n // 256),)
+    get_kernel(TREE_CU, "fps_morton_index_keys", _OPTIONS)(
+        blocks, (256,), (xyz, np.int32(n), *_frame_args(lo, scale), np.int32(code_shift), np.int32(index_bits),
+                         keys))
+    keys.sort()   # in place (Thrust's radix sort: one second buffer of 8 B a point)
+    cupy.get_default_memory_pool().free_all_blocks()
+    pts = cupy.empty((n, 4), dtype=cupy.float32)
+    get_kernel(TREE_CU, "fps_gather_sorted", _OPTIONS)(
+        blocks, (256,), (xyz, keys, np.int32(n), np.int32(index_bits), np.int32(start), pts, start_pos))
+    del keys
+    return pts, int(start_pos.get()[0])
+
+
 def _indices_of_keys(cupy, sel_key, start: int):
     """Keys ((distance bits + 1) << FPS_INDEX_BITS | (2^FPS_INDEX_BITS - 1 - index); sample 0 is the
-    start) -> (indices [M] int64, d2 at selection [M] float32, +inf for sample 0)."""
-    indices = (np.uint64(_INDEX_MASK) - (sel_key & np.uint64(_INDEX_MASK))).astype(cupy.int64)
-    d2 = ((sel_key >> np.uint64(FPS_INDEX_BITS)).astype(cupy.uint32) - np.uint32(1)).view(cupy.float32)
+    start) -> (indices [M] int64, d2 at selection [M] float32, +inf for sample 0). Decodes in place:
+    sel_key is overwritten, so that the decode holds 20 B a sample, not 28 (memory.py)."""
+    indices = sel_key & np.uint64(_INDEX_MASK)
+    cupy.subtract(np.uint64(_INDEX_MASK), indices, out=indices)
+    indices = indices.view(cupy.int64)   # below 2^29: the same bits
+    cupy.right_shift(sel_key, np.uint64(FPS_INDEX_BITS), out=sel_key)
+    d2 = sel_key.astype(cupy.uint32)
+    d2 -= np.uint32(1)
+    d2 = d2.view(cupy.float32)
     indices[0] = start
     d2[0] = np.inf
     return indices, d2
 
 
+def morton_sorted(cupy, xyz, start: int, lean: bool):
+    """(pts [N, 4] sorted float4 copy, sorted position of `start`) by the fast or the lean variant
+    (memory.py); the order differs within the lean keys' cells, the samples do not."""
+    if lean:
+        return _morton_sorted_lean(cupy, xyz, start)
+    pts, order = _morton_sorted(cupy, xyz)
+    start_pos = int(cupy.nonzero(order == start)[0][0].get())
+    return pts, start_pos
+
+
 def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None, blocks_per_sm: int = 1,
-             threads: int | None = None, grid: int | None = None, timeout_s: float = 10.0):
+             threads: int | None = None, grid: int | None = None, timeout_s: float = 10.0, lean: bool = False):
     """Exact FPS of one cloud with the persistent kernel. xyz [N, 3] float32
     -> (indices [M] int64, d2 at selection [M] float32 (+inf for sample 0), info dict).
     `grid`: blocks of the launch (default: blocks_per_sm on every SM); fewer blocks hold more
-    leaves each and wait on fewer others at each sample's all-gather."""
+    leaves each and wait on fewer others at each sample's all-gather. `lean`: the Morton sort of
+    memory.py's lean variant (less memory, the same samples)."""
     cupy = import_cupy()
     n, m = check_one_cloud(cupy, xyz, num_samples, start, "fps_tree")
     if int(blocks_per_sm) < 1:
@@ -273,7 +331,7 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
         raise MVSError(f"fps_tree: {blocks_per_sm} blocks per SM requested but only {per_sm} fit "
                        f"({threads} threads, {shared} B shared); all blocks must be resident at once")
 
-    pts, _ = _morton_sorted(cupy, xyz)
+    pts = _morton_sorted_lean(cupy, xyz, start)[0] if lean else _morton_sorted(cupy, xyz)[0]   # start: by coordinates
     start_xyz = cupy.asnumpy(xyz[start]).astype(np.float32)
     mind = cupy.empty(n, dtype=cupy.float32)
     slots = cupy.zeros(2 * grid * 4, dtype=cupy.uint64)
@@ -287,11 +345,12 @@ def fps_tree(xyz, num_samples: int, start: int, *, leaf_size: int | None = None,
             np.int32(leaves_per_block), np.int32(num_poll_warps), np.int64(int(timeout_s * 1e9))),
            shared_mem=shared)
     raise_if_timed_out(status, "fps_tree_persistent", "a grid barrier", timeout_s, grid)
+    del pts, mind   # before the decode: memory.py's "indices" phase
     indices, d2 = _indices_of_keys(cupy, sel_key, start)
     updated_leaves = int(leaf_updates.sum().get())
     info = {"grid": grid, "threads": threads, "leaf_size": leaf, "leaves_per_block": leaves_per_block,
             "leaves_per_thread": leaves_per_thread, "poll_warps": num_poll_warps, "shared_bytes": shared,
-            "max_blocks_per_sm": per_sm, "leaf_updates": updated_leaves,
+            "max_blocks_per_sm": per_sm, "leaf_updates": updated_leaves, "sort": "lean" if lean else "fast",
             # points visited / (N * (M - 1)), the share of a plain FPS's distance work (upper bound:
             # every updated leaf counted full)
             "work_fraction": updated_leaves * leaf / max(1, n * (m - 1))}

@@ -11,9 +11,11 @@ QuickFPS-style tree), `plain` scans every point per sample (GPU: the one-block k
 picks `tree` above AUTO_TREE_MIN_POINTS points.
 
 Bad input: an empty cloud, NaN/inf coordinates, M < 1, M > N or a start index out of range raise
-MVSError. A cloud that does not fit in free GPU memory (or, for `tree`, has TREE_MAX_POINTS = 2^29
-points or more, or leaves too many for the GPU's shared memory) runs on the CPU with a warning when
-the backend is `auto`, and raises BackendUnavailable when it is `cuda`.
+MVSError. The GPU tree path sorts the points with less memory where its fast sort does not fit
+(memory.py: the estimate phase by phase; the same samples). A cloud that does not fit in free GPU
+memory even so (or, for `tree`, has TREE_MAX_POINTS = 2^29 points or more, or leaves too many for
+the GPU's shared memory) runs on the CPU with a warning when the backend is `auto`, and raises
+BackendUnavailable when it is `cuda`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import numpy as np
 from mvs_pipeline.errors import BackendUnavailable, MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
 
+from .. import validate
 from ..validate import array_module, as_points, check_index, check_num_samples, gpu_memory_fallback, is_cupy_array
+from . import memory
 from .cuda import TREE_MAX_POINTS  # imports no CuPy
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,19 @@ def _unfit_fallback(what: str, backend: str, exc: BackendUnavailable) -> str:
     return "cpu"
 
 
+def gpu_tree_plan(what: str, n: int, m: int, upload: bool, backend: str) -> tuple[str, bool]:
+    """(backend, lean) of the tree path on the GPU: the fast sort where it fits the free memory, else
+    the lean one (memory.py) where that fits, else the CPU for `auto` (gpu_memory_fallback)."""
+    free = validate.gpu_free_bytes()
+    variant = memory.choose_variant(n, m, free, upload)
+    needs = memory.variant_needs(n, m, upload)
+    if variant == memory.LEAN:
+        log.info("%s: the fast Morton sort needs about %.2f GiB, more than 90 %% of the %.2f GiB free; "
+                 "sorting lean keys (about %.2f GiB)", what, needs[memory.FAST] / 2**30, free / 2**30,
+                 needs[memory.LEAN] / 2**30)
+    return gpu_memory_fallback(what, needs[variant], backend), variant == memory.LEAN
+
+
 def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, backend: str = "auto",
                             method: str = "auto", return_d2: bool = False, leaf_size: int | None = None):
     """Exact FPS of xyz [N, 3] (NumPy or CuPy). Returns indices [M] int64 in selection order, and
@@ -104,17 +121,20 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
         from . import cuda as kfps  # noqa: PLC0415
         from .batched import fps_batched  # noqa: PLC0415
 
-        need = kfps.tree_memory_bytes(n, m) if meth == "tree" else 16 * n + 8 * m
-        resolved = gpu_memory_fallback(what, need, backend)
+        lean = False
+        if meth == "tree":
+            resolved, lean = gpu_tree_plan(what, n, m, not is_cupy_array(pts), backend)
+        else:
+            resolved = gpu_memory_fallback(what, 16 * n + 8 * m, backend)
     if resolved == "cuda":
         import cupy  # noqa: PLC0415
 
         try:
             pts_gpu = cupy.asarray(pts)
             if meth == "tree" and leaf_size is None:   # the same sequence, ~100 samples per exchange
-                indices, d2, _info = fps_batched(pts_gpu, m, start)
+                indices, d2, _info = fps_batched(pts_gpu, m, start, lean=lean)
             elif meth == "tree":
-                indices, d2, _info = kfps.fps_tree(pts_gpu, m, start, leaf_size=leaf_size)
+                indices, d2, _info = kfps.fps_tree(pts_gpu, m, start, leaf_size=leaf_size, lean=lean)
             else:
                 idx, d2b = kfps.fps_block(pts_gpu[None], cupy.asarray([start], dtype=cupy.int32), m)
                 indices, d2 = idx[0].astype(cupy.int64), d2b[0]
