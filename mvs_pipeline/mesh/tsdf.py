@@ -16,9 +16,10 @@ Only voxels near a surface exist: the blocks of BLOCK^3 voxels that some depth p
 only those are integrated and meshed. Bounded memory: the blocks (sorted) are cut into batches whose
 device arrays (BATCH_BYTES_PER_VOXEL) stay within `max_block_bytes`, each with its halo (march.py);
 a batch is one kernel launch per view group (the views' maps are held in groups of at most
-`max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device,
-and only the batch's vertices, colours and faces come to the host, where the batches' meshes are
-joined (march.merge_parts). Vertex colours are the mean colour of the voxel nearest each vertex.
+`max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device;
+the batches' vertices, colours and faces stay there and are joined there (march.merge_parts), and
+only the joined mesh comes to the host. Vertex colours are the mean colour of the voxel nearest each
+vertex.
 
 The kernels (cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu via cuda.py) and the twins (cpu.py) compute the
 same outputs; everything else is array code on CuPy or NumPy, so both backends give one mesh.
@@ -141,20 +142,26 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
         part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base,
                            xp.concatenate([shared[owned], xp.ones(len(halo), bool)]))
         if part is not None:
+            # kept on the device, compact: world float32 places (the copies of a shared vertex are still
+            # equal bit for bit), batch-local int32 faces
             pos, nearest, faces, key, merge = part
-            parts.append((to_host(pos), to_host(vertex_colours(xp, acc, nearest)), to_host(faces), to_host(key),
-                          to_host(merge)))
+            world = (xp.asarray(origin) + pos * voxel).astype(xp.float32)
+            parts.append((world, vertex_colours(xp, acc, nearest), faces.astype(xp.int32), key, merge))
+            del pos, nearest, faces, part
         del acc, field
         seconds_march += time.perf_counter() - tm
     if not parts:
         raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
                        "and mesh.voxel_size")
-    verts, faces, colours = merge_parts(parts)
-    verts = origin + verts * voxel
-    mesh = TriangleMesh(verts.astype(np.float32), faces.astype(np.int32), colours)
+    tm = time.perf_counter()
+    verts, faces, colours = merge_parts(parts, xp)
+    del parts
+    mesh = TriangleMesh(to_host(verts), to_host(faces.astype(xp.int32)), to_host(colours))
+    seconds_join = time.perf_counter() - tm
     counts = {"mesh_blocks": int(len(blocks)), "mesh_voxels": voxels, "mesh_batches": batches,
               "mesh_view_groups": len(groups), "mesh_alloc_seconds": round(seconds_alloc, 3),
-              "mesh_march_seconds": round(seconds_march, 3), "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
+              "mesh_march_seconds": round(seconds_march, 3), "mesh_join_seconds": round(seconds_join, 3),
+              "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
     return mesh, counts
 
 

@@ -119,3 +119,26 @@ def test_gpu_and_cpu_meshes_agree_on_random_views():
     b, _ = tsdf_mesh(dv, 0.05, 0.2, backend="cuda")
     np.testing.assert_array_equal(a.faces, b.faces)
     np.testing.assert_array_equal(a.vertices, b.vertices)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_merge_parts_on_the_device_matches_the_host(cupy, seed):
+    """march.merge_parts' array code on CuPy against NumPy: random parts whose marked keys repeat
+    within and across parts, and faces that collapse when copies merge."""
+    from mvs_pipeline.mesh.march import merge_parts  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(3):
+        nv = int(rng.integers(200, 400))
+        key = rng.integers(0, 150, nv)                      # repeats: copies of one vertex
+        merge = rng.random(nv) < 0.6
+        pos = (key[:, None] * np.array([1.0, 2.0, 3.0])).astype(np.float32)   # copies share places
+        col = (key[:, None] % 256).astype(np.uint8).repeat(3, axis=1)
+        faces = rng.integers(0, nv, (int(rng.integers(300, 600)), 3)).astype(np.int32)
+        parts.append((pos, col, faces, key, merge))
+    host = merge_parts(parts)
+    dev = merge_parts([tuple(cupy.asarray(a) for a in p) for p in parts], cupy)
+    assert len(host[1]) > 100
+    for a, b, what in zip(host, dev, ("positions", "faces", "colours")):
+        np.testing.assert_array_equal(cupy.asnumpy(b), a, err_msg=what)
