@@ -39,8 +39,9 @@ MESH_NAME = "mesh.ply"
 RECORD_NAME = "mesh.json"
 
 
-def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
-    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth'). Views are
+def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None, normals: bool = False):
+    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth'; with normals,
+    the cosines of their normal maps, when every view has one: mesh.incidence_floor < 1). Views are
     read in a pool of threads (file reads and image decoding release the GIL): 40 maps and images of
     3200x2130 are seconds one after another."""
     import os  # noqa: PLC0415
@@ -57,17 +58,25 @@ def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
     views = [v for v in scene.views if (folder / f"{v.name}.{map_type}.bin").is_file()]
     if not views:
         raise MVSError(f"mesh (tsdf): no {map_type} depth map of the scene's images in {folder}")
+    nfolder = stereo_dir / "normal_maps"
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        loaded = list(pool.map(lambda v: _load_view(v, folder / f"{v.name}.{map_type}.bin", mask_dir), views))
-    log.info("mesh: TSDF of %d %s depth maps", len(views), map_type)
-    return stack_views(views, [d for d, _ in loaded], [c for _, c in loaded])
+        loaded = list(pool.map(lambda v: _load_view(v, folder / f"{v.name}.{map_type}.bin", mask_dir,
+                                                    nfolder / f"{v.name}.{map_type}.bin" if normals else None), views))
+    with_normals = normals and all(c is not None for _, _, c in loaded)
+    log.info("mesh: TSDF of %d %s depth maps%s", len(views), map_type,
+             "" if not normals else " and their normal maps" if with_normals else
+             " (not every view has a normal map: the incidence from the depths' slopes)")
+    return stack_views(views, [d for d, _, _ in loaded], [c for _, c, _ in loaded],
+                       [c for _, _, c in loaded] if with_normals else None)
 
 
-def _load_view(view, path: Path, mask_dir) -> tuple[np.ndarray, np.ndarray]:
-    """(depth [H, W] float32, 0 where none or masked; colours [H, W, 3] uint8 RGB) of one view."""
+def _load_view(view, path: Path, mask_dir, normal_path: Path | None) -> tuple[np.ndarray, np.ndarray, object]:
+    """(depth [H, W] float32, 0 where none or masked; colours [H, W, 3] uint8 RGB; layout.normal_cos of
+    its normal map, or None without one or normal_path) of one view."""
     import cv2  # noqa: PLC0415
 
-    from ..io.colmap_maps import read_depth_map  # noqa: PLC0415
+    from ..io.colmap_maps import read_depth_map, read_normal_map  # noqa: PLC0415
+    from .layout import normal_cos  # noqa: PLC0415
     from ..io.object_masks import mask_path_for, read_object_mask  # noqa: PLC0415
     from ..io.photos import read_colour  # noqa: PLC0415
 
@@ -83,7 +92,12 @@ def _load_view(view, path: Path, mask_dir) -> tuple[np.ndarray, np.ndarray]:
     bgr = read_colour(view.image_path)
     if bgr is None:
         raise MVSError(f"{view.image_path}: image '{view.name}' not found or not readable")
-    return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    cos = None
+    if normal_path is not None and normal_path.is_file():
+        normals = read_normal_map(normal_path)
+        if normals.shape[:2] == depth.shape:
+            cos = normal_cos(normals, view.K)
+    return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), cos
 
 
 def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, backend: str = "cpu",
@@ -115,7 +129,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
 
         if scene is None:
             raise MVSError("mesh (tsdf): the run's scene is needed (OUT/sparse)")
-        dv = load_depth_views(scene, out_dir / "stereo", mask_dir)
+        dv = load_depth_views(scene, out_dir / "stereo", mask_dir, normals=cfg.incidence_floor < 1)
         seconds_load = time.perf_counter() - t0
         footprint = pixel_footprint(dv)
         voxel = cfg.voxel_size if cfg.voxel_size is not None else cfg.voxel_pixels * footprint
@@ -124,7 +138,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
                      footprint)
         mesh, counts = tsdf_mesh(dv, voxel, cfg.truncation_voxels * voxel, min_weight=cfg.min_views,
                                  min_surface=cfg.min_surface_views, max_block_bytes=cfg.max_block_bytes,
-                                 max_map_bytes=cfg.max_map_bytes, backend=backend)
+                                 max_map_bytes=cfg.max_map_bytes, incidence_floor=cfg.incidence_floor, backend=backend)
         settings = {"voxel_size": voxel, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
         counts["mesh_load_seconds"] = round(seconds_load, 3)
     else:
