@@ -4,6 +4,7 @@
 // per-phase cycle counts and counters (fps_batched(profile=True); off in the precompiled variant,
 // so the hot path carries no clock reads or global atomics of its own).
 // ci-variant: -DFPS_THREADS=512 -DFPS_BATCHED_OFFERS=4 -DFPS_BATCHED_MAX_GRID=132 -DFPS_BATCHED_MAX_LEAF=256
+// ci-variant: -DFPS_THREADS=512 -DFPS_BATCHED_OFFERS=4 -DFPS_BATCHED_MAX_GRID=132 -DFPS_BATCHED_MAX_LEAF=1024
 //
 // Per round r (every block; leaf jl of block b is global leaf b + jl * G, so a block's points
 // spread over the whole cloud and the farthest points fall evenly among the blocks):
@@ -18,9 +19,10 @@
 //      threshold and distances only shrink). D1 takes the key-ordered prefix that no larger-key
 //      candidate shortens at once; warp 0 goes on one sample at a time. Every block computes
 //      the same list.
-// Keys are the tree kernel's 58-bit keys (ties to the lower original index), so the sequence is
+// Keys are the tree kernel's keys (ties to the lower original index), so the sequence is
 // fps_tree's. Double buffering: a block writes buffer r & 1 again in round r + 2 only after
-// reading every block's round r + 1 entry, which each block publishes after reading round r.
+// reading every block's round r + 1 entry, which each block publishes after reading round r;
+// that is why the key word's short tag suffices (FPS_TAG_BITS in sampling_fps_common.cuh).
 // ---------------------------------------------------------------------------------------------
 
 #include "sampling_fps_common.cuh"
@@ -75,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
     const float4* __restrict__ pts,      // [N] Morton-sorted x, y, z, original index (int bits)
     float* __restrict__ mind,            // [N] scratch (sorted order)
     unsigned long long* slots,           // [2, G, T + 1, 8] zero-initialised publication slots
-    unsigned long long* sel_key,         // [M] 58-bit key of sample k, written by block 0; [0] unused
+    unsigned long long* sel_key,         // [M] key of sample k, written by block 0; [0] unused
     int* status,                         // [1] set to 1 when an exchange timed out
     int* rounds_out,                     // [1] rounds taken (block 0)
     long long* prof,                     // [8] with FPS_BATCHED_PROFILE: block 0's cycles in E, A, B+C, D;
@@ -127,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                 mind[p] = inf;
                 lo0 = fminf(lo0, q.x); lo1 = fminf(lo1, q.y); lo2 = fminf(lo2, q.z);
                 hi0 = fmaxf(hi0, q.x); hi1 = fmaxf(hi1, q.y); hi2 = fmaxf(hi2, q.z);
-                key = max(key, fps_key58(inf, (unsigned int)__float_as_int(q.w)));
+                key = max(key, fps_key(inf, (unsigned int)__float_as_int(q.w)));
             }
         }
         box[jl] = lo0; box[lpb + jl] = lo1; box[2 * lpb + jl] = lo2;
@@ -185,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                 end = min((long long)n, begin + leaf_size);
                 const unsigned long long lk = leaf_key[jl];
                 // a leaf without a live point farther than 0 changes only when a sample lies in it
-                reach = (lk >> FPS_INDEX_BITS) != 0ull ? fps_key58_dist_bits(lk) : 0u;
+                reach = (lk >> FPS_INDEX_BITS) != 0ull ? fps_key_dist_bits(lk) : 0u;
                 lo0 = box[jl]; lo1 = box[lpb + jl]; lo2 = box[2 * lpb + jl];
                 hi0 = box[3 * lpb + jl]; hi1 = box[4 * lpb + jl]; hi2 = box[5 * lpb + jl];
             }
@@ -228,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             const long long j = blockIdx.x + (long long)jl * G;
             const long long begin = j * leaf_size, end = min((long long)n, begin + leaf_size);
             const unsigned long long lk = leaf_key[jl];
-            const unsigned int reach = (lk >> FPS_INDEX_BITS) != 0ull ? fps_key58_dist_bits(lk) : 0u;
+            const unsigned int reach = (lk >> FPS_INDEX_BITS) != 0ull ? fps_key_dist_bits(lk) : 0u;
             for (int base = 0; base < num_acc; base += 32) {
                 const int s = base + lane;
                 bool hit = false;
@@ -262,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
             }
             unsigned long long best = 0ull;
             for (long long p = begin + lane; p < end; p += 32)
-                best = max(best, fps_key58(mind[p], (unsigned int)__float_as_int(pts[p].w)));
+                best = max(best, fps_key(mind[p], (unsigned int)__float_as_int(pts[p].w)));
             best = fps_warp_max_u64(best);
             if (lane == 0) leaf_key[jl] = best;
         }
@@ -310,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
 #pragma unroll
             for (int u = 0; u < FPS_BATCHED_LEAF_PER_LANE; ++u) {
                 const long long p = begin + lane + 32 * u;
-                pk[u] = p < end ? fps_key58(mind[p], (unsigned int)__float_as_int(pts[p].w)) : 0ull;
+                pk[u] = p < end ? fps_key(mind[p], (unsigned int)__float_as_int(pts[p].w)) : 0ull;
             }
             unsigned long long below = ~0ull;
             for (int t = 0; t < FPS_OFFER_ROWS; ++t) {
@@ -334,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
         // ---- B: warp 0 picks the block's T + 1 farthest of those and publishes them. Tags start
         // at 1: the slots start zeroed, and tag 0 would accept them unwritten. ----
         const unsigned long long tag = (unsigned long long)(unsigned int)(round + 1) << 32;
-        const unsigned long long key_tag = (unsigned long long)((round + 1) & 63) << 58;
+        const unsigned long long key_tag = fps_key_tag((unsigned int)(round + 1));
         unsigned long long* buffer = slots + (size_t)(round & 1) * G * FPS_OFFER_ROWS * FPS_ENTRY_WORDS;
         if (warp == 0) {
             int my_pos;
@@ -406,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
         const int nl = s_num_live;
         for (int i = threadIdx.x; i < nl; i += FPS_BT) {
             const unsigned long long ki = s_live_key[i];
-            const unsigned int kb = fps_key58_dist_bits(ki);
+            const unsigned int kb = fps_key_dist_bits(ki);
             const float xi = s_live_xyz[0][i], yi = s_live_xyz[1][i], zi = s_live_xyz[2][i];
             int rank = 0;
             bool shortened = false;
@@ -434,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                 for (int c = 0; c < nl; ++c) {
                     if (s_live_rank[c] < prefix) {
                         const float d = po_dist2(xi, yi, zi, s_live_xyz[0][c], s_live_xyz[1][c], s_live_xyz[2][c]);
-                        if (__float_as_uint(d) < fps_key58_dist_bits(k)) k = fps_key58(d, fps_key58_index(k));
+                        if (__float_as_uint(d) < fps_key_dist_bits(k)) k = fps_key(d, fps_key_index(k));
                     }
                 }
                 s_live_key[i] = k;   // only this thread reads key i in this pass
@@ -490,8 +492,8 @@ extern "C" __global__ void __launch_bounds__(FPS_BT) fps_batched_persistent(
                     if (u < per_lane) {
                         const unsigned long long k = key[u];
                         const float d = po_dist2(cx[u], cy[u], cz[u], sx, sy, sz);
-                        const bool nearer = __float_as_uint(d) < fps_key58_dist_bits(k);
-                        const unsigned long long shrunk = fps_key58(d, fps_key58_index(k));
+                        const bool nearer = __float_as_uint(d) < fps_key_dist_bits(k);
+                        const unsigned long long shrunk = fps_key(d, fps_key_index(k));
                         unsigned long long nk = nearer ? shrunk : k;
                         nk = (k == 0ull || k == best || nk <= thr) ? 0ull : nk;
                         key[u] = nk;

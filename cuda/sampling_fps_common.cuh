@@ -10,8 +10,10 @@
 //   point sits at distance 0 (duplicates) the lowest unselected index is taken: the returned
 //   indices are always distinct.
 //
-// The persistent kernels' keys are 58-bit: (hi << 27) | (2^27 - 1 - index), hi as in po_point_key
-// (distance bits + 1, 0 = selected), so the tree and the batched kernel order points alike.
+// The persistent kernels' keys: (hi << FPS_INDEX_BITS) | (FPS_INDEX_MASK - index), hi as in
+// po_point_key (distance bits + 1, 0 = selected), so the tree and the batched kernel order points
+// alike: the larger key wins, ties go to the lower index. The bits left above the key carry a
+// publication tag (fps_key_tag), see FPS_TAG_BITS.
 
 #pragma once
 
@@ -25,26 +27,50 @@
 #define FPS_THREADS 512
 #endif
 
-#define FPS_INDEX_BITS 27
+// Key layout, from the top bit down: the tag (FPS_TAG_BITS), hi (FPS_DIST_BITS), the index
+// (FPS_INDEX_BITS). The one number to change is FPS_INDEX_BITS: the rest follows from it, and the
+// launchers read it from this line (fps/cuda.py: FPS_INDEX_BITS, TREE_MAX_POINTS = 2^FPS_INDEX_BITS,
+// the largest cloud the persistent kernels take is one point fewer).
+//   FPS_DIST_BITS: hi = float bits of d2 + 1 <= 0x7f800001 (+inf; d2 >= 0 and never NaN) < 2^31.
+//   FPS_TAG_BITS: a publication slot's key word is double-buffered (step k writes buffer k & 1),
+//     so when a reader waits for step k's word the slot holds step k's or step k - 2's: the reader
+//     itself saw step k - 2's (it waited for it), a thread's loads of one address never go back in
+//     coherence order, and no block writes step k + 2 before this reader published step k + 1.
+//     (Steps start at 1 and the slots start zeroed, so steps 1 and 2 find tag 0 there.) The tag,
+//     the step mod 2^FPS_TAG_BITS, must therefore tell steps 2 apart, which takes 2 bits; 4 leave
+//     a margin. So: 29 index bits (clouds below 2^29 = 536,870,912 points) and 4 tag bits.
+#define FPS_INDEX_BITS 29
+#define FPS_DIST_BITS 31
+#define FPS_KEY_BITS (FPS_DIST_BITS + FPS_INDEX_BITS)
+#define FPS_TAG_BITS (64 - FPS_KEY_BITS)
 #define FPS_INDEX_MASK ((1ull << FPS_INDEX_BITS) - 1ull)
-#define FPS_KEY_MASK ((1ull << 58) - 1ull)
+#define FPS_KEY_MASK ((1ull << FPS_KEY_BITS) - 1ull)
 #define FPS_FULL_MASK 0xffffffffu
+static_assert(FPS_INDEX_BITS <= 31, "indices and sorted positions are int");
+static_assert(FPS_TAG_BITS >= 2, "the publication tag must tell steps k and k - 2 apart");
 
-__device__ __forceinline__ unsigned long long fps_key58(float d2, unsigned int index)
+__device__ __forceinline__ unsigned long long fps_key(float d2, unsigned int index)
 {
     const int bits = __float_as_int(d2);
     const unsigned long long hi = bits < 0 ? 0ull : (unsigned long long)bits + 1ull;
     return (hi << FPS_INDEX_BITS) | (FPS_INDEX_MASK - index);
 }
 
-__device__ __forceinline__ unsigned int fps_key58_index(unsigned long long key)
+__device__ __forceinline__ unsigned int fps_key_index(unsigned long long key)
 {
     return (unsigned int)(FPS_INDEX_MASK - (key & FPS_INDEX_MASK));
 }
 
-__device__ __forceinline__ unsigned int fps_key58_dist_bits(unsigned long long key)
+__device__ __forceinline__ unsigned int fps_key_dist_bits(unsigned long long key)
 {
     return (unsigned int)(key >> FPS_INDEX_BITS) - 1u;
+}
+
+// The tag of step (or round) `step` in the bits above a key: (w & ~FPS_KEY_MASK) == fps_key_tag(k)
+// accepts a published key word of step k, w & FPS_KEY_MASK is the key.
+__device__ __forceinline__ unsigned long long fps_key_tag(unsigned int step)
+{
+    return (unsigned long long)(step & ((1u << FPS_TAG_BITS) - 1u)) << FPS_KEY_BITS;
 }
 
 __device__ __forceinline__ void fps_store_relaxed(unsigned long long* p, unsigned long long v)

@@ -41,7 +41,7 @@ extern "C" __global__ void fps_morton_codes(
     const int n, const float lox, const float loy, const float loz, const float scale,
     unsigned long long* __restrict__ codes)  // [N]
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // 3 * i passes 2^31 at 716 M points
     if (i >= n) return;
     const unsigned int qx = fps_quantize(xyz[3 * i], lox, scale);
     const unsigned int qy = fps_quantize(xyz[3 * i + 1], loy, scale);
@@ -50,7 +50,7 @@ extern "C" __global__ void fps_morton_codes(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Persistent multi-block kernel for one large cloud (N < 2^27).
+// Persistent multi-block kernel for one large cloud (N < 2^FPS_INDEX_BITS).
 //
 // Compile-time shape (the launcher passes all four; the defaults are one CI variant):
 //   FPS_THREADS          threads per block
@@ -61,7 +61,7 @@ extern "C" __global__ void fps_morton_codes(
 //                        the grid's slots over num_poll_warps = min(warps, ceil(grid / 32)) warps
 //
 // Points are stored sorted as float4 (x, y, z, original index as int bits), so an update is one
-// 16-byte load (+ mind) per point. Keys: the 58-bit keys of sampling_fps_common.cuh.
+// 16-byte load (+ mind) per point. Keys: the keys of sampling_fps_common.cuh.
 //
 // Per sample k (winner w of step k - 1 known to every thread, with its coordinates):
 //   1. each thread tests its leaves: active when the leaf holds w (its key equals w's key: keys
@@ -74,9 +74,10 @@ extern "C" __global__ void fps_morton_codes(
 //      winner, coordinates included, so no dependent global load starts the next step.
 // Publication (LL-style, no fences): a slot is 4 u64 words, each tagged on its own so a reader
 // needs no ordering between them: x, y, z as (k << 32) | float bits and the key as
-// ((k & 63) << 58) | key. Slots are double-buffered (buffer k & 1): a block can only write buffer
+// fps_key_tag(k) | key. Slots are double-buffered (buffer k & 1): a block can only write buffer
 // k & 1 again at step k + 2, after every block published step k + 1, i.e. finished reading step
-// k. Stale words carry another tag, so relaxed loads and stores suffice; a polling lane issues
+// k. Stale words carry another tag (the key word's short one too: FPS_TAG_BITS in
+// sampling_fps_common.cuh), so relaxed loads and stores suffice; a polling lane issues
 // the loads of all its slots at once, so a poll costs one L2 round trip.
 //
 // A sample costs a chain of latencies (barriers, warp reductions, the leaf loads, one L2 round
@@ -112,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
     const float4* __restrict__ pts,      // [N] Morton-sorted x, y, z, original index (int bits)
     float* __restrict__ mind,            // [N] scratch (sorted order)
     unsigned long long* slots,           // [2, G, 4] zero-initialised publication slots
-    unsigned long long* sel_key,         // [M] 58-bit key of sample k, written by block 0; [0] unused
+    unsigned long long* sel_key,         // [M] key of sample k, written by block 0; [0] unused
     int* status,                         // [1] set to 1 when a barrier timed out
     unsigned long long* leaf_updates,    // [G] leaves this block updated over the run (work counter)
     const int n, const int m, const int start, const float start_x, const float start_y,
@@ -152,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
                 mind[p] = inf;
                 lo0 = fminf(lo0, q.x); lo1 = fminf(lo1, q.y); lo2 = fminf(lo2, q.z);
                 hi0 = fmaxf(hi0, q.x); hi1 = fmaxf(hi1, q.y); hi2 = fmaxf(hi2, q.z);
-                const unsigned long long kq = fps_key58(inf, (unsigned int)__float_as_int(q.w));
+                const unsigned long long kq = fps_key(inf, (unsigned int)__float_as_int(q.w));
                 if (kq > key[i]) { key[i] = kq; bx = q.x; by = q.y; bz = q.z; }
             }
             box[jl] = lo0; box[lpb + jl] = lo1; box[2 * lpb + jl] = lo2;
@@ -163,14 +164,14 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
     if (threadIdx.x == 0) s_abort = 0;
     __syncthreads();
 
-    unsigned long long win_key = fps_key58(inf, (unsigned int)start);  // "sample 0"
+    unsigned long long win_key = fps_key(inf, (unsigned int)start);  // "sample 0"
     float wx = start_x, wy = start_y, wz = start_z;
     unsigned long long block_key = 0ull;  // warp 0: this block's best key and its coordinates
     float block_x = 0.0f, block_y = 0.0f, block_z = 0.0f;
     unsigned long long updates = 0ull;
 
     for (int k = 1; k < m; ++k) {
-        const unsigned int w_index = fps_key58_index(win_key);
+        const unsigned int w_index = fps_key_index(win_key);
 
         // (1) which owned leaves may change
         bool active[LPT];
@@ -183,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
             } else if ((key[i] >> FPS_INDEX_BITS) != 0ull) {
                 const float lb = po_box_dist2(wx, wy, wz, box[jl], box[lpb + jl], box[2 * lpb + jl],
                                               box[3 * lpb + jl], box[4 * lpb + jl], box[5 * lpb + jl]);
-                active[i] = __float_as_uint(lb) < fps_key58_dist_bits(key[i]);
+                active[i] = __float_as_uint(lb) < fps_key_dist_bits(key[i]);
             }
             updates += active[i] ? 1ull : 0ull;
         }
@@ -225,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
                                 mind[p] = d;
                             }
                         }
-                        const unsigned long long kp = fps_key58(v, idx);
+                        const unsigned long long kp = fps_key(v, idx);
                         if (kp > best) { best = kp; bx = q[u].x; by = q[u].y; bz = q[u].z; }
                     }
                 }
@@ -255,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(FPS_THREADS) fps_tree_persistent(
 
         // (3) warp 0: block best and publication; warps 0..P-1: poll every block's slot
         const unsigned long long tag = (unsigned long long)k << 32;
-        const unsigned long long key_tag = (unsigned long long)(k & 63) << 58;
+        const unsigned long long key_tag = fps_key_tag((unsigned int)k);
         unsigned long long* buffer = slots + (size_t)(k & 1) * G * 4;
         if (warp == 0) {
             if (block_changed) {

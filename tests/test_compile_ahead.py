@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -131,5 +132,7 @@ def test_stop_ends_the_compile_and_removes_its_scene(synth_scene_factory, tmp_pa
                                stderr=subprocess.PIPE, text=True)
     time.sleep(after_s)
     compile_ahead.stop(process)
-    assert process.returncode in (1, 0), process.stderr.read()   # 1: interrupted; 0: it had finished
+    # 1: interrupted; 0: it had finished; -SIGINT: interrupted while Python still imported, before
+    # the compile's handler existed (a loaded CI machine): Python then exits by the signal itself
+    assert process.returncode in (1, 0, -signal.SIGINT), process.stderr.read()
     assert list(temp.iterdir()) == []

@@ -14,6 +14,8 @@ docs/decisions.md, "The halo along roofs").
 
 from __future__ import annotations
 
+import functools
+
 import cv2
 import numpy as np
 
@@ -45,7 +47,7 @@ def no_edge_to_open_background(color: np.ndarray, background: np.ndarray, ys: np
         return out
     # a pixel whose nearest background is open lies within `radius` of open background (the
     # 5x5-mask distance errs by ~2 %: a looser bound keeps every such pixel)
-    near = cv2.distanceTransform(1 - opened.astype(np.uint8), cv2.DIST_L2, 5)[ys, xs] <= 1.1 * radius + 1
+    near = near_open_background(opened.view(np.uint8), 1.1 * radius + 1)[ys, xs]
     idx = np.nonzero(near)[0]
     if len(idx) == 0:
         return out
@@ -57,11 +59,32 @@ def no_edge_to_open_background(color: np.ndarray, background: np.ndarray, ys: np
     x0, x1 = max(0, int(xs[idx].min()) - grow), min(w, int(xs[idx].max()) + grow + 1)
     box = (slice(y0, y1), slice(x0, x1))
     cy, cx = ys[idx] - y0, xs[idx] - x0
-    ty, tx = nearest_background_pixel(np.ascontiguousarray(background[box]), cy, cx)
+    ty, tx = nearest_background_pixel(background[box], cy, cx)   # views: OpenCV reads rows at any stride
     tested = opened[box][ty, tx]
-    gradient = colour_gradient(np.ascontiguousarray(color[box]))
+    gradient = colour_gradient(color[box])
     out[idx[tested]] = largest_gradient_on_paths(gradient, cy[tested], cx[tested], ty[tested], tx[tested]) < edge
     return out
+
+
+def near_open_background(opened: np.ndarray, limit: float) -> np.ndarray:
+    """[H, W] uint8, 1 where `cv2.distanceTransform(1 - opened, DIST_L2, 5) <= limit` (`opened`
+    [H, W] uint8 0/1, not all 0), else 0, by a dilation with the set of offsets whose 5x5-mask
+    distance from one pixel is within `limit`: that transform is the least chamfer path length to
+    any zero pixel (integer weights, exact sums), so the two agree (the test compares them), and
+    the dilation takes ~2.6 ms on a 1024x768 view against ~4.6 ms."""
+    return cv2.dilate(opened, _chamfer_ball(limit))
+
+
+@functools.lru_cache(maxsize=8)
+def _chamfer_ball(limit: float) -> np.ndarray:
+    # the 5x5 mask's distance is at least 0.98 times the Euclidean one: (2 reach + 1)^2 holds the ball
+    reach = int(np.ceil(limit / 0.95)) + 1
+    one = np.ones((2 * reach + 1, 2 * reach + 1), np.uint8)
+    one[reach, reach] = 0
+    ball = cv2.distanceTransform(one, cv2.DIST_L2, 5) <= limit
+    rows, cols = np.nonzero(ball)
+    assert 0 < rows.min() and rows.max() < 2 * reach and 0 < cols.min() and cols.max() < 2 * reach
+    return ball[rows.min():rows.max() + 1, cols.min():cols.max() + 1].astype(np.uint8)
 
 
 def nearest_background_pixel(background: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +126,10 @@ def largest_gradient_on_paths(gradient: np.ndarray, ys: np.ndarray, xs: np.ndarr
 def open_regions(background: np.ndarray, min_pixels: float) -> np.ndarray:
     """[H, W] bool: the `background` pixels ([H, W] uint8) of 8-connected regions of at least
     `min_pixels` pixels."""
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(background, connectivity=8)
+    # BBDT: 1.3-2.1 ms on the halo's backgrounds of a 1024x768 street against 4.1 for the default
+    # (Spaghetti) with one OpenCV thread (the loader threads are the parallelism); the regions, so
+    # the result, do not depend on the algorithm, only the labels' numbers might
+    _, labels, stats, _ = cv2.connectedComponentsWithStatsWithAlgorithm(background, 8, cv2.CV_32S, cv2.CCL_BBDT)
     large = stats[:, cv2.CC_STAT_AREA] >= min_pixels
     large[0] = False   # label 0: the pixels that are not background
-    return large[labels]
+    return large.take(labels)   # half the time of large[labels]

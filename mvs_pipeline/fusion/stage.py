@@ -48,6 +48,7 @@ import functools
 import json
 import logging
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,6 +77,12 @@ log = logging.getLogger(__name__)
 
 BYTES_PER_PIXEL = 4 + 12 + 3 + 1  # resident depth, normal, colour, blocked
 OUTPUT_BYTES_PER_PIXEL = 12 + 12 + 3 + 1 + 4  # per-pixel kernel outputs (GPU)
+# Loader threads (load_view), at most. Kept at 8 in session 22, not measured on a 16-core host: load_view
+# releases the GIL nearly all the time (a pure-Python thread beside it ran as fast as beside a GIL-free
+# OpenCV loop), so more would scale with cores, but fusion also runs ChunkWriter's threads, the main thread
+# that drives the GPU and OpenCV's own pool; load_view's CPU time fell by ~38 % (1024x768 street views,
+# 101-103 -> 62-64 ms), i.e. ~1.6x the views a second from the same 8. Whether the loop still waits on them:
+# fusion.json's load_wait_seconds (the loop waiting) against load_seconds (the loads, summed).
 MAX_LOAD_THREADS = 8
 PREFETCH_VIEWS = 2 * MAX_LOAD_THREADS  # views loaded ahead (host memory)
 
@@ -253,6 +260,7 @@ class _ViewCache:
         self.pending: dict[int, Future] = {}
         self.loaded_once: set[int] = set()
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_LOAD_THREADS, os.cpu_count() or 1)))
+        self._load_lock = threading.Lock()
 
     def close(self) -> None:
         for fut in self.pending.values():
@@ -265,7 +273,16 @@ class _ViewCache:
         return steps[i] if i < len(steps) else float("inf")
 
     def _submit(self, v: int) -> None:
-        self.pending[v] = self.pool.submit(self.load, self.inputs[v])
+        self.pending[v] = self.pool.submit(self._timed_load, self.inputs[v])
+
+    def _timed_load(self, inp: ViewInputs) -> HostView:
+        # the loads' wall seconds, summed over the loader threads: beside load_wait_seconds (what
+        # the fusion loop waited for them) it tells whether the loaders bound the stage (issue #36)
+        t0 = time.perf_counter()
+        host = self.load(inp)
+        with self._load_lock:
+            self.stats["load_seconds"] += time.perf_counter() - t0
+        return host
 
     def acquire(self, step: int) -> dict[int, object]:
         """Make the views of plan[step] resident; start loading the next steps' views."""
@@ -276,7 +293,9 @@ class _ViewCache:
         for v in needed:
             if v in self.resident:
                 continue
+            t0 = time.perf_counter()
             host: HostView = self.pending.pop(v).result()
+            self.stats["load_wait_seconds"] += time.perf_counter() - t0
             while len(self.resident) >= self.capacity:
                 self._evict(step, keep=needed)
             blocked = self.blocked_store.pop(v, None)
@@ -383,7 +402,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     arrays, or with keep_on_device the CUDA engine's CuPy arrays (fusion/writer.py packs them there)."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, reloads=0, points=0, **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
+    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
+                 **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
@@ -431,6 +451,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     finally:
         cache.close()
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
+        stats["load_seconds"] = round(stats["load_seconds"], 3)
+        stats["load_wait_seconds"] = round(stats["load_wait_seconds"], 3)
 
 
 def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,

@@ -37,6 +37,11 @@ PART_BYTES = 224
 # A pass over a chunk, per row beyond its records: the decoded columns (28 B, 12 B for xyz alone),
 # the keys (one float64 column, the int64 key: 32 B peak), a gathered copy of the chunk's part rows.
 CHUNK_BYTES = 96
+# The write (ordered_output.py) holds no more: blocks of at most chunk_rows records in all, each
+# packed from the parts' columns and then stripped of the samples (2 R + 1 bytes a row, within
+# R + CHUNK_BYTES for records of up to 95 bytes; read from fused.ply, a block also holds its read
+# records and columns, 3 R + 29: 113 B for fusion's 28-byte records). On the GPU path that is host
+# memory, beside the pooled parts and the samples' rows it writes from.
 CHUNK_SHARE = 0.25        # of what the records leave: the rest is the part's
 RESIDENT_SHARE = 0.4      # records held for the passes when they take at most this share
 # The key histogram (voxel_pool/partition.py): 2^20 bins at most, about one per 16 points below

@@ -10,7 +10,7 @@ file chunk by chunk; on the GPU with on_gpu):
                pooled where the chunks live and sent to host memory (points/voxel_pool/streamed.py)
     fps        on the pooled coordinates (host [V, 3] float32; points/fps/ops.py moves them to the
                GPU if its own check finds room), or on fused.ply's without pooling
-    order, write   the samples' rows picked, then the file written chunk by chunk (ordered_output.py)
+    order, write   the samples' rows picked, then the file written in blocks packed on threads (ordered_output.py)
 Each gives the whole path's result exactly: the same spacing (same subsample), the same voxels
 (the whole cloud's frame, disjoint key ranges), the same FPS input and so the same samples, and the
 same rows in the same order. Only the preview's centroid (a float64 sum in another order) may differ

@@ -138,6 +138,31 @@ def test_split_and_pack_of_raw_records_match_the_structured_path(tmp_path):
     assert_same_cloud(records_to_cloud(raw, VERTEX_DTYPE), read_ply(tmp_path / "f.ply"))
 
 
+def test_host_pack_casts_and_places_as_the_structured_path():
+    """pack_records on NumPy (column groups assigned into strided views of the records) gives the
+    bytes of a structured array filled field by field (write_ply's host path), for double
+    coordinates, columns cast to the record's type, an odd record size (unaligned floats), fields
+    in another order than the cloud's columns, and no rows."""
+    rng = np.random.default_rng(7)
+    n = 1001
+    cloud = PointCloud(xyz=rng.normal(size=(n, 3)) * 1e5, normals=rng.normal(size=(n, 3)),
+                       colors=rng.integers(0, 256, (n, 3)).astype(np.uint8),
+                       extra={"count": rng.integers(-3000, 3000, n).astype(np.int16),
+                              "weight": rng.random(n)})
+    shuffled = np.dtype([("z", "<f8"), ("red", "u1"), ("x", "<f8"), ("nx", "<f4"), ("weight", "<f4"), ("y", "<f8"),
+                         ("nz", "<f4"), ("count", "<i2"), ("green", "u1"), ("ny", "<f4"), ("blue", "u1")])
+    for dtype in (cloud_dtype(cloud), shuffled):
+        ref = np.empty(n, dtype=dtype)
+        for name, values in ply_records.cloud_columns(cloud):
+            ref[name] = values
+        got = pack_records(cloud, dtype)
+        assert got.shape == (n, dtype.itemsize) and dtype.itemsize % 4 != 0
+        np.testing.assert_array_equal(got, ref.view(np.uint8).reshape(n, -1))
+        assert pack_records(PointCloud(xyz=cloud.xyz[:0], normals=cloud.normals[:0], colors=cloud.colors[:0],
+                                       extra={k: v[:0] for k, v in cloud.extra.items()}), dtype).shape == \
+            (0, dtype.itemsize)
+
+
 def test_rows_read_and_chunks_written_match_the_whole_file(tmp_path):
     """A chunk of rows is the whole body's slice; a file written chunk by chunk is write_ply's."""
     cloud = fused_like(1000, 5)

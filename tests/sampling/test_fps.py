@@ -211,7 +211,10 @@ def test_gpu_memory_fallback_decision(monkeypatch, caplog):
 def test_tree_auto_leaf_size_is_balanced_and_fits(grid, threads):
     from mvs_pipeline.sampling.points.fps import cuda as kfps
 
-    for n in (1, 3000, 10**6, 4 * 10**6, 16 * 10**6, 50 * 10**6, kfps.TREE_MAX_POINTS - 1):
+    # The tree kernel's auto shape up to 200 M points (on 108 blocks its largest leaf, 512, is too small
+    # to balance from ~225 M and overruns the budget from ~250 M); fps_batched, the GPU default, takes
+    # the larger clouds (test_batched_leaf_size_up_to_the_limit).
+    for n in (1, 3000, 10**6, 4 * 10**6, 16 * 10**6, 50 * 10**6, 200 * 10**6):
         def balanced(leaf):
             return leaf * leaf * grid * threads >= n * kfps.AUTO_LEAF_BALANCE
 
@@ -409,6 +412,104 @@ def test_gpu_batched_kernel_all_points_duplicates_and_tiny(cupy):
     assert fps_batched(two, 2, 1)[0].get().tolist() == [1, 0]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("leaf_size", [512, 1024])
+def test_gpu_batched_large_leaf_variant_matches_reference(cupy, leaf_size):
+    """Leaves above MAX_LEAF run the large variant (32 keys a lane), which clouds from ~150 M points
+    get automatically; here forced on a small cloud with duplicates."""
+    from mvs_pipeline.sampling.points.fps.batched import fps_batched
+
+    xyz = sphere_cloud(200000, 17)
+    xyz[::11] = xyz[5]
+    idx, d2, info = fps_batched(cupy.asarray(xyz), 2000, 9, leaf_size=leaf_size)
+    ref_idx, ref_d2 = fps_plain(xyz, 2000, 9)
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+    assert info["leaf_size"] == leaf_size
+
+
+@pytest.mark.gpu
+def test_gpu_cloud_the_batched_kernel_cannot_fit_falls_back(cupy, monkeypatch, caplog):
+    """fps_batched raises BackendUnavailable when a block's leaves overrun the GPU's shared memory
+    (e.g. ~390 M points on an A100): `auto` runs the CPU twin, `cuda` raises."""
+    from mvs_pipeline.sampling.points.fps import batched
+
+    monkeypatch.setattr(batched, "shared_bytes", lambda lpb: 1 << 30)
+    xyz = sphere_cloud(30000, 18)
+    with pytest.raises(BackendUnavailable, match="shared memory"):
+        farthest_point_sampling(xyz, 100, backend="cuda")
+    with caplog.at_level(logging.WARNING):
+        idx = farthest_point_sampling(xyz, 100, backend="auto")
+    assert "running on the CPU" in caplog.text
+    np.testing.assert_array_equal(idx, fps_reference(xyz, 100)[0])
+
+
+def _gpu_brute_force_fps(cupy, xyz, m: int, start: int):
+    """Plain exact FPS on the GPU, independent of the kernels under test: per sample one pass of
+    the definition (sampling_fps_common.cuh; dist2 as po_dist2, round-to-nearest without FMA) and a
+    max of 64-bit keys (d2 bits + 1) << 32 | (2^32 - 1 - index): the larger wins, ties to the lower
+    index. -> (indices [M] int64, d2 at selection [M] float32) on the host."""
+    step = cupy.ElementwiseKernel(
+        "float32 x, float32 y, float32 z, float32 sx, float32 sy, float32 sz, int64 s",
+        "float32 mind, uint64 key",
+        """
+        float v = mind;
+        if (i == s) {
+            v = -1.0f;
+            mind = v;
+        } else if (v >= 0.0f) {
+            const float dx = __fsub_rn(x, sx), dy = __fsub_rn(y, sy), dz = __fsub_rn(z, sz);
+            const float d = __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+            if (d < v) {
+                v = d;
+                mind = d;
+            }
+        }
+        const unsigned long long hi = v < 0.0f ? 0ull : (unsigned long long)__float_as_uint(v) + 1ull;
+        key = (hi << 32) | (0xffffffffull - (unsigned long long)i);
+        """,
+        "test_fps_brute_force_step", options=("--fmad=false",))
+    x, y, z = (cupy.ascontiguousarray(xyz[:, a]) for a in range(3))
+    host = {}
+    mind = cupy.full(len(x), np.inf, dtype=cupy.float32)
+    key = cupy.empty(len(x), dtype=cupy.uint64)
+    indices, d2 = [start], [np.float32(np.inf)]
+    for _ in range(1, m):
+        s = indices[-1]
+        if s not in host:
+            host[s] = xyz[s].get()
+        sx, sy, sz = host[s]
+        step(x, y, z, np.float32(sx), np.float32(sy), np.float32(sz), np.int64(s), mind, key)
+        best = int(key.max().get())
+        indices.append(0xFFFFFFFF - (best & 0xFFFFFFFF))
+        d2.append(np.array([(best >> 32) - 1], dtype=np.uint32).view(np.float32)[0])
+    return np.array(indices, dtype=np.int64), np.array(d2, dtype=np.float32)
+
+
+@pytest.mark.gpu
+def test_gpu_default_path_above_2_27_points_matches_brute_force(cupy):
+    """A cloud of 2^27 + 12345 points (the persistent kernels refused >= 2^27 before the 29-bit
+    index field) through farthest_point_sampling's GPU default (fps_batched) equals a brute-force
+    GPU FPS, indices and distances. Integer lattice coordinates make exact ties common, and the
+    special points put samples above 2^27: sample 1 is a tie between index 5 and 2^27 + 2 (the
+    lower index wins; a key that kept 27 index bits would see 2^27 + 2 as 2), then 2^27 + 2, then
+    the lower of two duplicates at 2^27 + 4 and 2^27 + 9. About 10 GB of GPU memory at the peak."""
+    n = (1 << 27) + 12345
+    m = 300
+    xyz = cupy.floor(cupy.random.RandomState(19).random_sample((n, 3), dtype=cupy.float32) * 1024)
+    start = n - 1
+    special = {start: (512, 512, 512), 5: (-3488, 512, 512), (1 << 27) + 2: (4512, 512, 512),
+               (1 << 27) + 9: (512, 3512, 512), (1 << 27) + 4: (512, 3512, 512), n - 2: (512, 512, -1488)}
+    for i, p in special.items():
+        xyz[i] = cupy.asarray(np.array(p, dtype=np.float32))
+    idx, d2 = farthest_point_sampling(xyz, m, start, backend="cuda", return_d2=True)
+    ref_idx, ref_d2 = _gpu_brute_force_fps(cupy, xyz, m, start)
+    assert ref_idx[:6].tolist() == [start, 5, (1 << 27) + 2, (1 << 27) + 4, n - 2, ref_idx[5]]
+    assert int((ref_idx >= 1 << 27).sum()) >= 4
+    np.testing.assert_array_equal(idx.get(), ref_idx)
+    np.testing.assert_array_equal(d2.get(), ref_d2)
+
+
 def test_batched_leaf_size_keeps_shared_memory_in_budget():
     from mvs_pipeline.sampling.points.fps import batched
 
@@ -416,6 +517,117 @@ def test_batched_leaf_size_keeps_shared_memory_in_budget():
     leaf = batched.choose_leaf_size(120_000_000, 132)
     assert leaf == 256
     assert batched.shared_bytes(batched.leaves_per_block(120_000_000, leaf, 132)) <= batched.SHARED_BUDGET
+
+
+def test_key_index_bits_come_from_the_header_and_set_the_limit():
+    """cuda.py's FPS_INDEX_BITS is the #define of sampling_fps_common.cuh the kernels use; the limit of the
+    persistent kernels (and of the GPU in farthest_point_sampling) is 2^FPS_INDEX_BITS, 29 bits since
+    a 4-bit publication tag suffices. 1000 views pooled 161 M points, which now stay on the GPU."""
+    import re
+
+    from mvs_pipeline.gpu.loader import cu_path
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+    from mvs_pipeline.sampling.points.fps import ops
+
+    header = cu_path("sampling_fps_common.cuh").read_text()
+    defines = dict(re.findall(r"^#define (FPS_INDEX_BITS|FPS_DIST_BITS) (\d+)$", header, re.MULTILINE))
+    assert int(defines["FPS_INDEX_BITS"]) == kfps.FPS_INDEX_BITS == 29
+    assert 64 - int(defines["FPS_DIST_BITS"]) - kfps.FPS_INDEX_BITS >= 2   # the tag's bits
+    assert kfps.TREE_MAX_POINTS == 1 << 29 and ops.TREE_MAX_POINTS is kfps.TREE_MAX_POINTS
+    assert 161_140_616 < kfps.TREE_MAX_POINTS
+
+
+def test_keys_decode_indices_above_2_27():
+    """_indices_of_keys reads the kernels' keys: ((d2 bits + 1) << 29) | (2^29 - 1 - index)."""
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    index = np.array([0, 7, (1 << 27) + 5, (1 << 28) + 3, (1 << 29) - 1], dtype=np.uint64)
+    d2 = np.array([np.inf, 2.5, 1e-3, 0.0, 7.0], dtype=np.float32)
+    hi = d2.view(np.uint32).astype(np.uint64) + np.uint64(1)
+    keys = (hi << np.uint64(29)) | (np.uint64((1 << 29) - 1) - index)
+    got_index, got_d2 = kfps._indices_of_keys(np, keys, start=11)   # NumPy stands in for CuPy
+    assert got_index.tolist() == [11, *index[1:].tolist()]
+    np.testing.assert_array_equal(got_d2, d2)   # sample 0: +inf
+
+
+def test_one_cloud_check_names_the_limit():
+    """check_one_cloud (fps_tree, fps_batched) takes N = 2^29 - 1 and refuses 2^29, naming the bits."""
+    from types import SimpleNamespace
+
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    class FakeArray:   # only what the checks read: no memory behind it
+        dtype = np.dtype(np.float32)
+        ndim = 2
+        flags = SimpleNamespace(c_contiguous=True)
+        device = SimpleNamespace(id=0)
+
+        def __init__(self, n):
+            self.shape = (n, 3)
+
+    fake_cupy = SimpleNamespace(ndarray=FakeArray, cuda=SimpleNamespace(Device=lambda: SimpleNamespace(id=0)))
+    n = kfps.TREE_MAX_POINTS - 1
+    assert kfps.check_one_cloud(fake_cupy, FakeArray(n), 64, n - 1, "fps_batched") == (n, 64)
+    with pytest.raises(ValueError, match=r"fps_batched handles fewer than 2\^29 = 536870912 points, got 536870912"):
+        kfps.check_one_cloud(fake_cupy, FakeArray(n + 1), 64, 0, "fps_batched")
+
+
+def test_public_api_sends_clouds_over_the_limit_to_the_cpu(monkeypatch, caplog):
+    """farthest_point_sampling's check uses TREE_MAX_POINTS: at or above it, `cuda` raises and `auto`
+    runs the CPU twin (a small stand-in limit: the real one needs 6 GB of points)."""
+    from mvs_pipeline.sampling.points.fps import ops
+
+    monkeypatch.setattr(ops, "TREE_MAX_POINTS", 20000)
+    xyz = sphere_cloud(20000, 16)
+    with pytest.raises(BackendUnavailable, match="handles fewer than 20000 points"):
+        farthest_point_sampling(xyz, 50, backend="cuda")
+    with caplog.at_level(logging.WARNING):
+        idx = farthest_point_sampling(xyz, 50, 3, backend="auto")
+    assert "using the CPU" in caplog.text
+    np.testing.assert_array_equal(idx, fps_reference(xyz, 50, 3)[0])
+
+
+def test_tree_memory_estimate_grows_and_fits_up_to_the_limit():
+    """tree_memory_bytes (gpu_memory_fallback's input) grows with N and M, covers the ~40 B a point
+    counted at the Morton argsort plus a host copy, and keeps 2^29 - 1 points within 90 % of 80 GB."""
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    sizes = [1, 10**6, 161_140_616, kfps.TREE_MAX_POINTS - 1]
+    need = [kfps.tree_memory_bytes(n, 1000) for n in sizes]
+    assert need == sorted(need) and len(set(need)) == len(need)
+    assert kfps.tree_memory_bytes(10**6, 10**5) > kfps.tree_memory_bytes(10**6, 10**3)
+    assert all(kfps.tree_memory_bytes(n, 1000) >= 52 * n for n in sizes)
+    assert kfps.tree_memory_bytes(kfps.TREE_MAX_POINTS - 1, 10**6) < 0.9 * 80e9
+
+
+# Static shared memory of both fps_batched_persistent variants (nvcc -Xptxas -v, sm_90: 36,928 B) and
+# the largest block an H100 / H200 may opt in to.
+BATCHED_STATIC_SHARED = 36928
+H200_MAX_SHARED_OPTIN = 232448
+
+
+@pytest.mark.parametrize("grid", [132, 114])
+def test_batched_leaf_size_up_to_the_limit(grid):
+    """fps_batched's leaves grow past MAX_LEAF (from the large variant) so that clouds up to
+    TREE_MAX_POINTS fit a block's shared memory; before, leaves of 256 stopped at ~180 M points
+    (MVSError) on an H200. The default variant keeps every cloud that fits it within SHARED_BUDGET."""
+    from mvs_pipeline.sampling.points.fps import batched
+    from mvs_pipeline.sampling.points.fps import cuda as kfps
+
+    assert (batched._CU, batched.LARGE_OPTIONS) in batched.kernel_variants()
+    assert "-DFPS_BATCHED_MAX_LEAF=1024" in batched.LARGE_OPTIONS
+    for n in (1, 10**6, 120 * 10**6, 161_140_616, 180 * 10**6, 400 * 10**6, kfps.TREE_MAX_POINTS - 1):
+        leaf = batched.choose_leaf_size(n, grid)
+        assert batched.DEFAULT_LEAF <= leaf <= batched.LARGE_MAX_LEAF and leaf & (leaf - 1) == 0
+        shared = batched.shared_bytes(batched.leaves_per_block(n, leaf, grid))
+        assert shared + BATCHED_STATIC_SHARED <= H200_MAX_SHARED_OPTIN, (n, leaf, shared)
+        if grid == 132:
+            assert shared <= batched.SHARED_BUDGET, (n, leaf, shared)
+        smaller = batched.shared_bytes(batched.leaves_per_block(n, leaf // 2, grid))
+        assert leaf == batched.DEFAULT_LEAF or smaller > batched.SHARED_BUDGET   # the smallest that fits
+        assert batched.leaf_variant_options(leaf) == (batched.OPTIONS if leaf <= batched.MAX_LEAF
+                                                      else batched.LARGE_OPTIONS)
+    assert batched.choose_leaf_size(kfps.TREE_MAX_POINTS - 1, grid) == 1024
 
 
 def test_persistent_kernel_status_word_raises_naming_kernel_and_step():

@@ -13,10 +13,14 @@ import pytest
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.ply import PointCloud, write_ply
-from mvs_pipeline.io.ply_records import read_layout
+from mvs_pipeline.io.ply_records import cloud_dtype, read_layout
 from mvs_pipeline.sampling import stage as sampling
-from mvs_pipeline.sampling.memory_plan import HEADROOM, min_streamed_budget, plan_memory, whole_bytes
+from mvs_pipeline.sampling.memory_plan import CHUNK_BYTES, HEADROOM, min_streamed_budget, plan_memory, whole_bytes
+from mvs_pipeline.sampling.ordered_output import pick_rows, write_in_fps_order
 from mvs_pipeline.sampling.params import SamplingConfig
+from mvs_pipeline.sampling.points.cloud_source import parts_source
+from mvs_pipeline.sampling.points.device_cloud import take
+from mvs_pipeline.sampling.sample_count import with_unsampled
 
 from .test_sampling_stage import exact_fps, fused_cloud
 
@@ -155,6 +159,60 @@ def test_streamed_pooling_stays_within_its_budget(fused20k):
             tracemalloc.stop()
         assert len(parts) > 2
         assert peak - kept <= HEADROOM * budget - held, (peak - kept, budget, held)
+
+
+def _parts_and_samples(n_parts=5, seed=9):
+    """Pooled-like parts of uneven sizes (one empty) and samples that fill a whole block, touch the
+    parts' edges and leave other blocks untouched."""
+    rng = np.random.default_rng(seed)
+    cloud = fused_cloud(3000, seed=seed)
+    cuts = [0, 700, 700, 1500, 2999, 3000][:n_parts + 1]
+    parts = [take(cloud, np.arange(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+    samples = np.concatenate([[2999, 0, 699, 1500], np.arange(100, 240), rng.choice(np.arange(1600, 2900), 300,
+                                                                                    replace=False)])
+    return cloud, parts, rng.permutation(samples).astype(np.int64)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_write_in_fps_order_is_write_ply_of_the_rows(tmp_path, threads):
+    """The blocks packed on worker threads, written in order, make write_ply's file of the rows in
+    FPS order (then the others), with the columns kept or xyz alone; the totals are those rows'."""
+    cloud, parts, samples = _parts_and_samples()
+    source = parts_source(parts)
+    for keep, xyz_only in ((True, False), (False, False), (True, True)):
+        first = pick_rows(source, samples, 64, xyz_only=xyz_only)
+        path = tmp_path / f"w{threads}{keep}{xyz_only}.ply"
+        count, lo, hi, total = write_in_fps_order(path, source, first, samples, keep, 200, threads=threads)
+        rows = with_unsampled(samples, len(cloud)) if keep else samples
+        expect = take(PointCloud(xyz=cloud.xyz) if xyz_only else cloud, rows)
+        write_ply(tmp_path / "ref.ply", expect)
+        assert path.read_bytes() == (tmp_path / "ref.ply").read_bytes(), (keep, xyz_only)
+        assert count == len(rows)
+        np.testing.assert_array_equal(lo, expect.xyz.min(0))
+        np.testing.assert_array_equal(hi, expect.xyz.max(0))
+        np.testing.assert_allclose(total, expect.xyz.astype(np.float64).sum(0), rtol=1e-12)
+
+
+def test_write_holds_at_most_a_chunk_of_records(tmp_path):
+    """What the write allocates beyond the samples' rows it is given: blocks of at most chunk_rows
+    records together (each packed, then stripped of the samples: 2 R + 1 bytes a row), within a
+    chunk pass's allowance (memory_plan.CHUNK_BYTES), plus the sorted samples."""
+    cloud = fused_cloud(60000, seed=3)
+    parts = [take(cloud, np.arange(a, min(60000, a + 17000))) for a in range(0, 60000, 17000)]
+    source = parts_source(parts)
+    samples = np.random.default_rng(1).choice(60000, 5000, replace=False).astype(np.int64)
+    first = pick_rows(source, samples, 4096, xyz_only=False)
+    record = cloud_dtype(first).itemsize
+    chunk_rows = 8000
+    write_in_fps_order(tmp_path / "warm.ply", source, first, samples, True, chunk_rows, threads=3)
+    tracemalloc.start()
+    try:
+        write_in_fps_order(tmp_path / "out.ply", source, first, samples, True, chunk_rows, threads=3)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - kept <= chunk_rows * (2 * record + 1) + 8 * len(samples) + (1 << 16), (peak - kept, record)
+    assert 2 * record + 1 <= record + CHUNK_BYTES
 
 
 def test_plan_memory():

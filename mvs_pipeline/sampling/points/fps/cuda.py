@@ -43,9 +43,16 @@ MAX_LEAVES_PER_THREAD = 16
 MAX_POINTS_PER_LANE = 16
 # Dynamic shared memory per leaf of a block: 6 float box + 3 float coordinates of its best point.
 TREE_SHARED_BYTES_PER_LEAF = 36
-# The tree kernel's keys hold the point index in 27 bits (a 6-bit step tag sits on top).
-TREE_MAX_POINTS = 1 << 27
-_INDEX_MASK = (1 << 27) - 1
+
+
+# The persistent kernels' (fps_tree, fps_batched) keys hold a point's original index in
+# FPS_INDEX_BITS bits (29: the distance takes 31 and a 4-bit publication tag the top; why:
+# sampling_fps_common.cuh), so they take clouds of fewer than TREE_MAX_POINTS points.
+# The same number as the header's #define (tests/sampling/test_fps.py compares them); a constant,
+# not read from the header at import, so the CPU path imports without the CUDA sources.
+FPS_INDEX_BITS = 29
+TREE_MAX_POINTS = 1 << FPS_INDEX_BITS
+_INDEX_MASK = TREE_MAX_POINTS - 1
 
 
 def _pow2_at_least(v: int) -> int:
@@ -67,7 +74,7 @@ def _check(name: str, arr, cupy, dtype, ndim: int, last: int | None = None) -> N
 
 def check_one_cloud(cupy, xyz, num_samples: int, start: int, who: str) -> tuple[int, int]:
     """The checks of fps_tree and fps_batched: xyz [N, 3] float32 on the current device,
-    1 <= num_samples <= N, 0 <= start < N, N < 2^27 (the keys' index bits) -> (N, M)."""
+    1 <= num_samples <= N, 0 <= start < N, N < TREE_MAX_POINTS (the keys' index bits) -> (N, M)."""
     _check("xyz", xyz, cupy, np.float32, 2, 3)
     n, m = int(xyz.shape[0]), int(num_samples)
     if not 1 <= m <= n:
@@ -75,7 +82,7 @@ def check_one_cloud(cupy, xyz, num_samples: int, start: int, who: str) -> tuple[
     if not 0 <= start < n:
         raise ValueError(f"start must be in [0, {n}), got {start}")
     if n >= TREE_MAX_POINTS:
-        raise ValueError(f"{who} handles fewer than 2^27 = {TREE_MAX_POINTS} points, got {n}")
+        raise ValueError(f"{who} handles fewer than 2^{FPS_INDEX_BITS} = {TREE_MAX_POINTS} points, got {n}")
     return n, m
 
 
@@ -123,7 +130,11 @@ def fps_block(xyz, start, num_samples: int):
 
 
 def tree_memory_bytes(n: int, m: int) -> int:
-    """GPU memory the tree path needs: sort keys and permutation, sorted float4 copy, scratch."""
+    """GPU memory the tree path (fps_tree and fps_batched) needs: sort keys and permutation, sorted
+    float4 copy, scratch. Counted from the arrays (not measured), the peak is the Morton argsort's,
+    about 40 B a point (the uint64 codes, CuPy's copy of them, the int64 order and the sort's double
+    buffers), plus 12 B when the cloud comes from the host: 96 leaves a margin. Linear in N up to
+    TREE_MAX_POINTS (about 51.5 GB at 2^29 points, within an 80 GB GPU's 90 %)."""
     return 96 * int(n) + 8 * int(m) + (64 << 20)
 
 
@@ -133,7 +144,11 @@ def default_tree_threads(blocks_per_sm: int) -> int:
 
 def choose_leaf_size(n: int, grid: int, threads: int = TREE_THREADS) -> int:
     """Power-of-two leaf (>= 32 points, one per lane) balancing the box tests against the leaf
-    updates (see AUTO_LEAF_BALANCE), enlarged if needed to fit the kernel's limits."""
+    updates (see AUTO_LEAF_BALANCE), enlarged if needed to fit the kernel's limits. The largest
+    leaf (512) balances up to ~225 M points and fits AUTO_MAX_SHARED_BYTES up to ~250 M on 108
+    blocks of 512 threads (~300 M on 132); above, it is returned all the same, and fps_tree raises
+    once the leaves overrun the device's shared memory (~430 M on 132 SMs with 227 KiB). The GPU
+    default, fps_batched, grows its leaves further and takes clouds up to TREE_MAX_POINTS."""
     def fits(leaf: int) -> bool:
         num_leaves = -(-n // leaf)
         leaves_per_block = -(-num_leaves // grid)
@@ -211,10 +226,10 @@ def _morton_sorted(cupy, xyz):
 
 
 def _indices_of_keys(cupy, sel_key, start: int):
-    """58-bit keys ((distance bits + 1) << 27 | (2^27 - 1 - index); sample 0 is the start) ->
-    (indices [M] int64, d2 at selection [M] float32, +inf for sample 0)."""
+    """Keys ((distance bits + 1) << FPS_INDEX_BITS | (2^FPS_INDEX_BITS - 1 - index); sample 0 is the
+    start) -> (indices [M] int64, d2 at selection [M] float32, +inf for sample 0)."""
     indices = (np.uint64(_INDEX_MASK) - (sel_key & np.uint64(_INDEX_MASK))).astype(cupy.int64)
-    d2 = ((sel_key >> np.uint64(27)).astype(cupy.uint32) - np.uint32(1)).view(cupy.float32)
+    d2 = ((sel_key >> np.uint64(FPS_INDEX_BITS)).astype(cupy.uint32) - np.uint32(1)).view(cupy.float32)
     indices[0] = start
     d2[0] = np.inf
     return indices, d2

@@ -11,8 +11,9 @@ QuickFPS-style tree), `plain` scans every point per sample (GPU: the one-block k
 picks `tree` above AUTO_TREE_MIN_POINTS points.
 
 Bad input: an empty cloud, NaN/inf coordinates, M < 1, M > N or a start index out of range raise
-MVSError. A cloud that does not fit in free GPU memory runs on the CPU with a warning when the
-backend is `auto`, and raises BackendUnavailable when it is `cuda`.
+MVSError. A cloud that does not fit in free GPU memory (or, for `tree`, has TREE_MAX_POINTS = 2^29
+points or more, or leaves too many for the GPU's shared memory) runs on the CPU with a warning when
+the backend is `auto`, and raises BackendUnavailable when it is `cuda`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ def _oom_fallback(what: str, backend: str, exc: Exception) -> str:
     return "cpu"
 
 
+def _unfit_fallback(what: str, backend: str, exc: BackendUnavailable) -> str:
+    """A kernel that cannot run this cloud on this GPU (fps_batched: the leaves of a very large cloud
+    overrun the block's shared memory, e.g. above ~390 M points on an A100): the CPU for `auto`."""
+    if backend == "cuda":
+        raise exc
+    log.warning("%s: %s; running on the CPU instead", what, exc)
+    return "cpu"
+
+
 def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, backend: str = "auto",
                             method: str = "auto", return_d2: bool = False, leaf_size: int | None = None):
     """Exact FPS of xyz [N, 3] (NumPy or CuPy). Returns indices [M] int64 in selection order, and
@@ -110,6 +120,8 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
                 indices, d2 = idx[0].astype(cupy.int64), d2b[0]
         except cupy.cuda.memory.OutOfMemoryError as exc:
             resolved = _oom_fallback(what, backend, exc)
+        except BackendUnavailable as exc:
+            resolved = _unfit_fallback(what, backend, exc)
     if resolved == "cpu":
         pts_cpu = _to_numpy(pts)
         if meth == "tree":
