@@ -10,6 +10,10 @@ so the seconds are the stage's, without the interpreter's start), once to compil
     python benchmarks/bench_mesh.py --scene courtyard:20:800:600 --scene object:10:320:240 --backend cuda
     python benchmarks/bench_mesh.py --scene courtyard:40:3200:2130 --methods tsdf,poisson --json big.json
     python benchmarks/bench_mesh.py --run OUT --gt OUT_SCENE/gt/eth3d/scan_alignment.mlp   # an existing run
+    python benchmarks/bench_mesh.py --scene courtyard:20:800:600:103 --perfect-maps --methods tsdf --backend cpu
+
+--perfect-maps: no `mvs-pipeline run`; the scene's ground-truth depth maps (gt/depth/*.npy) are the
+run's geometric depth maps (no normal maps, no fused.ply): what the TSDF makes of exact depths.
 
 Goals (issue #39, GPU): F1@2cm of the mesh within 0.02 of the cloud's and accuracy@2cm >= 0.95 on
 courtyard and object scenes; TSDF of 20x800x600 <= 1 s and of 40x3200x2130 <= 15 s; Poisson of the
@@ -26,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_e2e import mvs  # noqa: E402 (same folder)
@@ -40,7 +46,7 @@ from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 TOLERANCES = (0.01, 0.02, 0.05)
 
 
-def prepare(root: Path, spec: str, run_args: list[str]) -> tuple[str, Path, Path]:
+def prepare(root: Path, spec: str, run_args: list[str], perfect_maps: bool = False) -> tuple[str, Path, Path]:
     """(name, run folder, GT .mlp) of `kind:views:width:height[:seed]`, made unless it exists."""
     parts = spec.split(":")
     kind, views, width, height = parts[0], parts[1], parts[2], parts[3]
@@ -50,9 +56,27 @@ def prepare(root: Path, spec: str, run_args: list[str]) -> tuple[str, Path, Path
     if not (scene / "sparse").exists():
         mvs("synth", "--scene", kind, "--out", str(scene), "--views", views, "--width", width, "--height", height,
             "--seed", seed)
-    if not (out / "fused.ply").is_file():
+    if perfect_maps:
+        out = root / f"{name}_perfect"
+        perfect_run(scene, out)
+    elif not (out / "fused.ply").is_file():
         mvs("-q", "run", str(scene), "-o", str(out), *run_args)
     return name, out, scene / "gt" / "eth3d" / "scan_alignment.mlp"
+
+
+def perfect_run(scene: Path, out: Path) -> None:
+    """A run folder whose geometric depth maps are the synthetic scene's ground truth."""
+    from mvs_pipeline.io.colmap_maps import write_depth_map  # noqa: PLC0415
+    from mvs_pipeline.synth.oracle import gt_depth  # noqa: PLC0415
+
+    folder = out / "stereo" / "depth_maps"
+    folder.mkdir(parents=True, exist_ok=True)
+    for sub, target in (("images", scene / "images"), ("sparse", scene / "sparse" / "0")):
+        if not (out / sub).exists():
+            (out / sub).symlink_to(target.resolve())
+    for view in read_scene(out / "images", out / "sparse").views:
+        depth = gt_depth(scene / "gt" / "depth", view).astype(np.float32)
+        write_depth_map(folder / f"{view.name}.geometric.bin", np.where(np.isfinite(depth), depth, 0.0), durable=False)
 
 
 def scores(ply: Path, scans, backend: str, spacing: float) -> dict:
@@ -106,17 +130,18 @@ def main(argv=None) -> int:
     ap.add_argument("--run-args", default="", help="extra arguments of `mvs-pipeline run` (e.g. '--set backend=cpu')")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="mesh config override, e.g. mesh.voxel_pixels=2")
     ap.add_argument("--sample-spacing", type=float, default=0.0025, help="m between the mesh's surface samples")
+    ap.add_argument("--perfect-maps", action="store_true", help="the scenes' ground-truth depth maps, no run (tsdf)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     backend = resolve_backend(args.backend)
-    targets = [prepare(args.root, s, args.run_args.split()) for s in args.scene]
+    targets = [prepare(args.root, s, args.run_args.split(), args.perfect_maps) for s in args.scene]
     if args.run is not None:
         targets.append((args.run.name, args.run, args.gt))
     rows = []
     for name, out, gt in targets:
         scans = load_scans(gt) if gt is not None and Path(gt).is_file() else None
         row = {"scene": name}
-        if scans is not None:
+        if scans is not None and (out / "fused.ply").is_file():
             row["cloud"] = scores(out / "fused.ply", scans, backend, args.sample_spacing)
         for method in args.methods.split(","):
             m = bench_method(out, method, backend, args.sets)

@@ -17,6 +17,8 @@ __device__ __forceinline__ float tsdf_dot4(const float* P, float x, float y, flo
 
 extern "C" __global__ void tsdf_integrate(
     const float* __restrict__ depth,          // [P] all views' depth maps, flattened (<= 0: none)
+    const float* __restrict__ scale,          // [P] |n . r| of each pixel (tsdf.DepthViews.view_scale), if use_scale
+    const int use_scale,
     const unsigned char* __restrict__ rgb,    // [P, 3]
     const float* __restrict__ cams,           // [V, 12] pixel_from_world, row-major 3x4
     const long long* __restrict__ offsets,    // [V] first pixel of each view in depth / rgb
@@ -63,7 +65,8 @@ extern "C" __global__ void tsdf_integrate(
         if (f > 1.0f) f = 1.0f;
         s = __fadd_rn(s, f);
         w = __fadd_rn(w, 1.0f);
-        if (f < 1.0f) {
+        // a surface view: within the truncation (along the normal with use_scale)
+        if (use_scale ? __fmul_rn(sdf, scale[pix]) < trunc : f < 1.0f) {
             cr = __fadd_rn(cr, (float)rgb[3 * pix]);
             cg = __fadd_rn(cg, (float)rgb[3 * pix + 1]);
             cb = __fadd_rn(cb, (float)rgb[3 * pix + 2]);

@@ -47,12 +47,19 @@ class TriangleMesh:
 def triangle_areas(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     """[F] float64 area of each triangle."""
     v = np.asarray(vertices, np.float64)
-    f = np.asarray(faces, np.int64)
+    f = np.asarray(faces)
     if len(f) == 0:
         return np.zeros(0, np.float64)
-    e1 = v[f[:, 1]] - v[f[:, 0]]
-    e2 = v[f[:, 2]] - v[f[:, 0]]
-    return 0.5 * np.linalg.norm(np.cross(e1, e2), axis=1)
+    # column by column: np.cross and norm over a length-3 axis are ~3x slower at millions of faces
+    x, y, z = (np.ascontiguousarray(v[:, a]) for a in range(3))
+    i0, i1, i2 = f[:, 0], f[:, 1], f[:, 2]
+    ax, ay, az = x[i0], y[i0], z[i0]
+    bx, by, bz = x[i1] - ax, y[i1] - ay, z[i1] - az
+    cx, cy, cz = x[i2] - ax, y[i2] - ay, z[i2] - az
+    nx = by * cz - bz * cy
+    ny = bz * cx - bx * cz
+    nz = bx * cy - by * cx
+    return 0.5 * np.sqrt(nx * nx + ny * ny + nz * nz)
 
 
 def mesh_bytes(mesh: TriangleMesh) -> bytes:
@@ -149,15 +156,17 @@ def read_mesh_ply(path: str | os.PathLike) -> TriangleMesh:
 
 
 def sample_surface(mesh: TriangleMesh, spacing: float, max_points: int = 20_000_000,
-                   seed: int = 0) -> tuple[np.ndarray, np.ndarray | None, str]:
+                   seed: int = 0, areas: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """Points drawn uniformly on the surface: (xyz [N, 3] float32, rgb [N, 3] uint8 or None, note).
 
     The density is 1 / spacing^2 points per m^2 (a triangle of area A gets floor(A / spacing^2)
     points plus one more with probability of the remainder), lowered to keep at most `max_points`
-    (the note says which density was used). Colours are the barycentric blend of the vertices'."""
+    (the note says which density was used). Colours are the barycentric blend of the vertices'.
+    areas: triangle_areas of the mesh when the caller has them."""
     if spacing <= 0:
         raise ValueError("spacing must be positive")
-    areas = triangle_areas(mesh.vertices, mesh.faces)
+    if areas is None:
+        areas = triangle_areas(mesh.vertices, mesh.faces)
     total = float(areas.sum())
     density = 1.0 / (spacing * spacing)
     if total * density > max_points:
@@ -171,7 +180,7 @@ def sample_surface(mesh: TriangleMesh, spacing: float, max_points: int = 20_000_
     r1 = np.sqrt(rng.random(n))
     r2 = rng.random(n)
     w0, w1, w2 = 1.0 - r1, r1 * (1.0 - r2), r1 * r2
-    f = np.asarray(mesh.faces, np.int64)[tri]
+    f = np.asarray(mesh.faces)[tri]
     v = np.asarray(mesh.vertices, np.float64)
     xyz = (w0[:, None] * v[f[:, 0]] + w1[:, None] * v[f[:, 1]] + w2[:, None] * v[f[:, 2]]).astype(np.float32)
     rgb = None

@@ -4,7 +4,7 @@ The grid has voxel centres at origin + g * voxel (g integer, >= 0); a block is B
 block (a, b, c) holding g = BLOCK * (a, b, c) + (0..BLOCK-1) per axis. Only blocks near surfaces
 are allocated and integrated (tsdf.py), and the mesh still equals a dense grid's
 (tests/mesh/test_tsdf_blocks.py). Why: a cube is meshed only when one of its corners has a negative
-mean and all eight have at least `min_surface` surface views (|sdf| < truncation). A view puts a
+mean and all eight have at least `min_surface` surface views (-truncation <= sdf < truncation). A view puts a
 voxel at sdf = depth - z in the pixel it projects into, so a voxel with sdf in [-back, front] lies in
 that pixel's frustum between depths d - front and d + back: within 0.71 (d + back) / f (half the
 pixel's diagonal) of the segment of the pixel's central ray between those depths. Each depth pixel
@@ -16,6 +16,8 @@ corners of a cube lie within sqrt(3) voxels of any one):
                  corner of a meshed cube lies in the boxes of its k surface views. A wrong depth
                  that no other view comes near reserves nothing, and the maps have many
                  (object 10 x 320x240: 20 k blocks with the first rule, 15 k with this one at k = 2).
+                 With mesh.incidence_floor < 1 a surface view's sdf |n . r| is below the truncation
+                 (layout.py), so the front is truncation / |n . r| of the pixel.
 
 Array code on NumPy or CuPy alike (`xp`), one view at a time (a 3200x2130 view: 6.8 M pixels);
 the pixels of one view are first reduced to distinct (lowest block, span) codes, which are few
@@ -30,20 +32,24 @@ from ..gpu.loader import to_host
 from .layout import BLOCK
 
 
-def _view_boxes(xp, dv, v: int, front: float, back: float, voxel: float):
+def _view_boxes(xp, dv, v: int, front: float, back: float, voxel: float, floor: float):
     """([M, 3] lowest and highest corners of the boxes view v's pixels with depth reserve (module
-    doc), world metres), or None."""
+    doc), world metres), or None. A pixel's front is along its normal: 1 / |n . r| times that
+    along the ray (tsdf.DepthViews.view_scale with `floor`; the surface-view count's band)."""
     depth = xp.asarray(dv.view_depth(v))
     rows, cols = xp.nonzero(depth > 0)
     if len(rows) == 0:
         return None
     z = depth[rows, cols].astype(xp.float64)
     K = np.asarray(dv.K[v], np.float64)
+    stretch = 1.0
+    if floor < 1.0 and front > 0:
+        stretch = 1.0 / dv.view_scale(xp, v, depth, floor)[rows, cols].astype(xp.float64)
     Kinv = xp.asarray(np.linalg.inv(K))
     R = xp.asarray(np.asarray(dv.R[v], np.float64))
     t = xp.asarray(np.asarray(dv.t[v], np.float64).reshape(3))
     ray = xp.stack([cols + 0.5, rows + 0.5, xp.ones_like(z)], axis=1) @ Kinv.T   # z = 1
-    near = (ray * (z - front)[:, None] - t) @ R
+    near = (ray * (z - front * stretch)[:, None] - t) @ R
     far = (ray * (z + back)[:, None] - t) @ R
     margin = (0.7072 * (z + back) / min(float(K[0, 0]), float(K[1, 1])) + 2.0 * voxel)[:, None]
     return xp.minimum(near, far) - margin, xp.maximum(near, far) + margin
@@ -71,7 +77,7 @@ def _view_blocks(xp, low, high, bs: float):
     return unique_blocks(xp, xp.concatenate(found))
 
 
-def allocate_blocks(xp, dv, voxel: float, truncation: float, min_surface: int = 1):
+def allocate_blocks(xp, dv, voxel: float, truncation: float, min_surface: int = 1, incidence_floor: float = 1.0):
     """(origin (3,) float64: the centre of voxel g = (0, 0, 0); [B, 3] int32 block coordinates,
     sorted by (a, b, c), of every block that min_surface views reserve (module doc)), in one pass
     over the views: blocks are counted from the world's origin, then the grid's origin is put one
@@ -80,7 +86,7 @@ def allocate_blocks(xp, dv, voxel: float, truncation: float, min_surface: int = 
     front = 0.0 if min_surface <= 1 else truncation
     per_view = []
     for v in range(dv.num_views):
-        boxes = _view_boxes(xp, dv, v, front, truncation, voxel)
+        boxes = _view_boxes(xp, dv, v, front, truncation, voxel, incidence_floor)
         if boxes is not None:
             per_view.append(_view_blocks(xp, *boxes, bs))
     if not per_view:

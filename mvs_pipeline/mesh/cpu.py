@@ -32,7 +32,7 @@ def _split(t):
 
 
 @numba.njit(cache=True, parallel=True)
-def _integrate(depth, rgb, cams, offsets, sizes, v0, v1, origin, voxel, trunc, blocks,
+def _integrate(depth, scale, use_scale, rgb, cams, offsets, sizes, v0, v1, origin, voxel, trunc, blocks,
                sdf_sum, weight, rgb_sum, rgb_weight):
     n = blocks.shape[0] * BLOCK_VOXELS
     for t in numba.prange(n):
@@ -77,7 +77,8 @@ def _integrate(depth, rgb, cams, offsets, sizes, v0, v1, origin, voxel, trunc, b
                 f = np.float32(1.0)
             s = np.float32(s + f)
             w = np.float32(w + np.float32(1.0))
-            if f < np.float32(1.0):
+            # a surface view: within the truncation (along the normal with use_scale)
+            if (np.float32(sdf * scale[pix]) < trunc) if use_scale else (f < np.float32(1.0)):
                 cr = np.float32(cr + np.float32(rgb[pix, 0]))
                 cg = np.float32(cg + np.float32(rgb[pix, 1]))
                 cb = np.float32(cb + np.float32(rgb[pix, 2]))
@@ -90,20 +91,29 @@ def _integrate(depth, rgb, cams, offsets, sizes, v0, v1, origin, voxel, trunc, b
         rgb_weight[t] = cw
 
 
-def tsdf_integrate(depth, rgb, cams, offsets, sizes, view_range, origin, voxel, truncation, blocks, acc) -> None:
+def tsdf_integrate(depth, rgb, cams, offsets, sizes, view_range, origin, voxel, truncation, blocks, acc,
+                   scale=None) -> None:
     """Add views view_range = (v0, v1) to the accumulators of the blocks `blocks` (layout.py), in place.
 
     depth [P] float32: every view's depth map, flattened one after another (<= 0 or masked: no
     depth); rgb [P, 3] uint8 the views' colours; cams [V, 12] float32 (layout.camera_table); offsets
     [V] int64 where view v's pixels start; sizes [V, 2] int32 (width, height); origin (3,) the
     centre of voxel g = (0, 0, 0); voxel and truncation in metres; blocks [B, 3] int32 block
-    coordinates; acc: layout.empty_accumulators(B * BLOCK^3)."""
+    coordinates; acc: layout.empty_accumulators(B * BLOCK^3); scale [P] float32: each pixel's |n . r|
+    (tsdf.DepthViews.view_scale): the view is a surface view of a voxel when (d - z) |n . r| <
+    truncation, its distance along the normal (the field itself takes d - z); None: when d - z <
+    truncation."""
     if cams.shape[1] != CAM_STRIDE:
         raise ValueError(f"cams: expected [V, {CAM_STRIDE}]")
     blocks = np.ascontiguousarray(blocks, np.int32).reshape(-1, 3)
     if acc["weight"].shape[0] != blocks.shape[0] * BLOCK_VOXELS:
         raise ValueError("acc: expected BLOCK^3 voxels per block")
-    _integrate(np.ascontiguousarray(depth, np.float32), np.ascontiguousarray(rgb, np.uint8),
+    depth = np.ascontiguousarray(depth, np.float32)
+    use_scale = scale is not None
+    scale = np.ascontiguousarray(scale, np.float32) if use_scale else np.ones(1, np.float32)
+    if use_scale and scale.shape != depth.shape:
+        raise ValueError("scale: expected one value per depth pixel")
+    _integrate(depth, scale, use_scale, np.ascontiguousarray(rgb, np.uint8),
                np.ascontiguousarray(cams, np.float32), np.ascontiguousarray(offsets, np.int64),
                np.ascontiguousarray(sizes, np.int32), int(view_range[0]), int(view_range[1]),
                np.asarray(origin, np.float32), np.float32(voxel), np.float32(truncation), blocks,

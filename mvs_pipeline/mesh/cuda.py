@@ -15,13 +15,17 @@ THREADS = 256
 OPTIONS = (f"-DTSDF_BLOCK={BLOCK}", f"-DTSDF_CAM_STRIDE={CAM_STRIDE}")
 
 
-def tsdf_integrate(depth, rgb, cams, offsets, sizes, view_range, origin, voxel, truncation, blocks, acc) -> None:
-    """CuPy arrays: depth [P] float32, rgb [P, 3] uint8, cams [V, 12] float32, offsets [V] int64,
-    sizes [V, 2] int32, blocks [B, 3] int32; acc the blocks' accumulators (cupy,
+def tsdf_integrate(depth, rgb, cams, offsets, sizes, view_range, origin, voxel, truncation, blocks, acc,
+                   scale=None) -> None:
+    """CuPy arrays: depth [P] float32, scale [P] float32 or None (cpu.py), rgb [P, 3] uint8, cams [V, 12]
+    float32, offsets [V] int64, sizes [V, 2] int32, blocks [B, 3] int32; acc the blocks' accumulators (cupy,
     layout.empty_accumulators(B * BLOCK^3)), updated in place."""
     cp = import_cupy()
     check_array(cp, "depth", depth, np.float32, (None,))
     check_array(cp, "rgb", rgb, np.uint8, (depth.shape[0], 3))
+    use_scale = scale is not None
+    scale = scale if use_scale else cp.ones(1, cp.float32)
+    check_array(cp, "scale", scale, np.float32, (depth.shape[0] if use_scale else 1,))
     check_array(cp, "cams", cams, np.float32, (None, CAM_STRIDE))
     num_views = int(cams.shape[0])
     check_array(cp, "offsets", offsets, np.int64, (num_views,))
@@ -41,8 +45,8 @@ def tsdf_integrate(depth, rgb, cams, offsets, sizes, view_range, origin, voxel, 
     o = np.asarray(origin, np.float32)
     get_kernel(_CU, "tsdf_integrate", OPTIONS)(
         (-(-n // THREADS),), (THREADS,),
-        (depth, rgb, cams, offsets, sizes, np.int32(v0), np.int32(v1), o[0], o[1], o[2], np.float32(voxel),
-         np.float32(truncation), blocks, np.int64(num_blocks), acc["sdf_sum"], acc["weight"],
+        (depth, scale, np.int32(use_scale), rgb, cams, offsets, sizes, np.int32(v0), np.int32(v1), o[0], o[1], o[2],
+         np.float32(voxel), np.float32(truncation), blocks, np.int64(num_blocks), acc["sdf_sum"], acc["weight"],
          acc["rgb_sum"], acc["rgb_weight"]))
 
 

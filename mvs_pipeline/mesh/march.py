@@ -108,26 +108,29 @@ def march_batch(xp, kernels, field, blocks, num_owned: int, base: int, shared):
     return pos, vert_voxel, xp.ascontiguousarray(faces[:, ::-1]), key, merge
 
 
-def merge_parts(parts: list[tuple]):
-    """One mesh from the batches' (position in voxels, colour, faces, key, merge) on the host: the
-    vertices marked `merge` that share a key become one (the copies two batches make of a vertex on
-    their shared blocks come from the same voxels through the same arithmetic, so they are equal bit
-    for bit), the others are distinct by construction (one grid edge, one vertex, one batch); faces
-    with a repeated corner dropped, vertices no face uses dropped. Linear but for a sort of the
-    marked keys. Returns (positions, faces, colours)."""
-    pos = np.concatenate([p[0] for p in parts])
-    col = np.concatenate([p[1] for p in parts])
+def merge_parts(parts: list[tuple], xp=np):
+    """One mesh from the batches' (position, colour, faces, key, merge) (xp arrays, on the device
+    that made them): the vertices marked `merge` that share a key become one (the copies two batches
+    make of a vertex on their shared blocks come from the same voxels through the same arithmetic, so
+    they are equal bit for bit), the others are distinct by construction (one grid edge, one vertex,
+    one batch); faces with a repeated corner dropped, vertices no face uses dropped. Linear but for a
+    sort of the marked keys; array code on NumPy or CuPy alike (the first copy of a key is kept on
+    both: their unique's return_index is the first occurrence). Returns (positions, faces int64,
+    colours) as xp arrays."""
+    pos = xp.concatenate([p[0] for p in parts])
+    col = xp.concatenate([p[1] for p in parts])
     starts = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-    faces = np.concatenate([p[2] + s for p, s in zip(parts, starts)])
-    keys = np.concatenate([p[3] for p in parts])
-    marked = np.flatnonzero(np.concatenate([p[4] for p in parts]))
-    same = np.arange(len(pos))
+    faces = xp.concatenate([p[2].astype(xp.int64) + int(s) for p, s in zip(parts, starts)])
+    keys = xp.concatenate([p[3] for p in parts])
+    marked = xp.flatnonzero(xp.concatenate([p[4] for p in parts]))
+    same = xp.arange(len(pos))
     if len(marked):
-        _, first, inverse = np.unique(keys[marked], return_index=True, return_inverse=True)
+        _, first, inverse = xp.unique(keys[marked], return_index=True, return_inverse=True)
         same[marked] = marked[first][inverse.reshape(-1)]
+    del keys, marked
     faces = same[faces]
     faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
-    used = np.zeros(len(pos), bool)
+    used = xp.zeros(len(pos), bool)
     used[faces] = True
-    remap = np.cumsum(used) - 1
+    remap = xp.cumsum(used.astype(xp.int64)) - 1
     return pos[used], remap[faces], col[used]

@@ -72,11 +72,21 @@ class MeshConfig:
         "a voxel enters marching cubes when at least this many views saw a surface within the truncation of "
         "it: the TSDF's consistency check (2 = a second view agrees, like fusion.min_consistent 1; 1 = none)",
         "views", (1, 1000)))
+    # 1 (off), measured (CPU, accuracy / completeness / F1 at 2 cm, default 1 -> 0.2): courtyard 20 x 800x600
+    # seed 103 with its ground-truth maps 0.995 / 0.774 / 0.871 -> 0.987 / 0.935 / 0.960; with real maps
+    # object 10 x 320x240 seed 101 0.965 / 0.777 / 0.861 -> 0.963 / 0.778 / 0.860, seed 139 0.977 / 0.824 /
+    # 0.894 both, courtyard 10 x 400x300 seed 103 0.553 / 0.253 / 0.347 -> 0.530 / 0.268 / 0.356: the GPU's
+    # courtyard 20 x 800x600 decides (docs/decisions.md).
+    incidence_floor: float = field(default=1.0, metadata=meta(
+        "a view is a surface view of a voxel (min_surface_views) when (d - z) |n . r| < truncation, |n . r| its "
+        "pixel's normal (normal map, else the depth's slopes) against its ray, at least this: the distance "
+        "along the normal, so oblique views count as head-on ones do (1 = the projective d - z)", "cosine",
+        (0.01, 1.0)))
     # 1 GiB: 13 M voxels a batch, the whole of a 20 x 800x600 scene's surface band
     max_block_bytes: int = field(default=1 << 30, metadata=meta(
         "device memory a batch of TSDF blocks may take (82 bytes a voxel: sums, field, marching cubes); only "
         "blocks near a surface hold voxels, more of them are fused and meshed in batches", "bytes",
         (1 << 20, 1 << 40)))
     max_map_bytes: int = field(default=2 << 30, metadata=meta(
-        "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel); more views are added to "
-        "each batch in groups", "bytes", (1 << 20, 1 << 40)))
+        "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel, 11 with incidence_floor < 1); "
+        "more views are added to each batch in groups", "bytes", (1 << 20, 1 << 40)))

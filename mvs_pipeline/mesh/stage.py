@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import MVSError
 from ..io.atomic import atomic_write_text
-from ..io.mesh_ply import write_mesh_ply
+from ..io.mesh_ply import triangle_areas, write_mesh_ply
 from .params import MeshConfig
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,9 @@ MESH_NAME = "mesh.ply"
 RECORD_NAME = "mesh.json"
 
 
-def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
-    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth'). Views are
+def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None, normals: bool = False):
+    """tsdf.DepthViews of the views that have depth maps (masked pixels set to 'no depth'; with normals,
+    the cosines of their normal maps, when every view has one: mesh.incidence_floor < 1). Views are
     read in a pool of threads (file reads and image decoding release the GIL): 40 maps and images of
     3200x2130 are seconds one after another."""
     import os  # noqa: PLC0415
@@ -57,17 +58,25 @@ def load_depth_views(scene, stereo_dir: Path, mask_dir: str | Path | None):
     views = [v for v in scene.views if (folder / f"{v.name}.{map_type}.bin").is_file()]
     if not views:
         raise MVSError(f"mesh (tsdf): no {map_type} depth map of the scene's images in {folder}")
+    nfolder = stereo_dir / "normal_maps"
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        loaded = list(pool.map(lambda v: _load_view(v, folder / f"{v.name}.{map_type}.bin", mask_dir), views))
-    log.info("mesh: TSDF of %d %s depth maps", len(views), map_type)
-    return stack_views(views, [d for d, _ in loaded], [c for _, c in loaded])
+        loaded = list(pool.map(lambda v: _load_view(v, folder / f"{v.name}.{map_type}.bin", mask_dir,
+                                                    nfolder / f"{v.name}.{map_type}.bin" if normals else None), views))
+    with_normals = normals and all(c is not None for _, _, c in loaded)
+    log.info("mesh: TSDF of %d %s depth maps%s", len(views), map_type,
+             "" if not normals else " and their normal maps" if with_normals else
+             " (not every view has a normal map: the incidence from the depths' slopes)")
+    return stack_views(views, [d for d, _, _ in loaded], [c for _, c, _ in loaded],
+                       [c for _, _, c in loaded] if with_normals else None)
 
 
-def _load_view(view, path: Path, mask_dir) -> tuple[np.ndarray, np.ndarray]:
-    """(depth [H, W] float32, 0 where none or masked; colours [H, W, 3] uint8 RGB) of one view."""
+def _load_view(view, path: Path, mask_dir, normal_path: Path | None) -> tuple[np.ndarray, np.ndarray, object]:
+    """(depth [H, W] float32, 0 where none or masked; colours [H, W, 3] uint8 RGB; layout.normal_cos of
+    its normal map, or None without one or normal_path) of one view."""
     import cv2  # noqa: PLC0415
 
-    from ..io.colmap_maps import read_depth_map  # noqa: PLC0415
+    from ..io.colmap_maps import read_depth_map, read_normal_map  # noqa: PLC0415
+    from .layout import normal_cos  # noqa: PLC0415
     from ..io.object_masks import mask_path_for, read_object_mask  # noqa: PLC0415
     from ..io.photos import read_colour  # noqa: PLC0415
 
@@ -83,7 +92,12 @@ def _load_view(view, path: Path, mask_dir) -> tuple[np.ndarray, np.ndarray]:
     bgr = read_colour(view.image_path)
     if bgr is None:
         raise MVSError(f"{view.image_path}: image '{view.name}' not found or not readable")
-    return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    cos = None
+    if normal_path is not None and normal_path.is_file():
+        normals = read_normal_map(normal_path)
+        if normals.shape[:2] == depth.shape:
+            cos = normal_cos(normals, view.K)
+    return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), cos
 
 
 def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, backend: str = "cpu",
@@ -115,7 +129,8 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
 
         if scene is None:
             raise MVSError("mesh (tsdf): the run's scene is needed (OUT/sparse)")
-        dv = load_depth_views(scene, out_dir / "stereo", mask_dir)
+        dv = load_depth_views(scene, out_dir / "stereo", mask_dir, normals=cfg.incidence_floor < 1)
+        seconds_load = time.perf_counter() - t0
         footprint = pixel_footprint(dv)
         voxel = cfg.voxel_size if cfg.voxel_size is not None else cfg.voxel_pixels * footprint
         if cfg.voxel_size is None:
@@ -123,14 +138,18 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
                      footprint)
         mesh, counts = tsdf_mesh(dv, voxel, cfg.truncation_voxels * voxel, min_weight=cfg.min_views,
                                  min_surface=cfg.min_surface_views, max_block_bytes=cfg.max_block_bytes,
-                                 max_map_bytes=cfg.max_map_bytes, backend=backend)
+                                 max_map_bytes=cfg.max_map_bytes, incidence_floor=cfg.incidence_floor, backend=backend)
         settings = {"voxel_size": voxel, "pixel_footprint": footprint, "truncation": cfg.truncation_voxels * voxel}
+        counts["mesh_load_seconds"] = round(seconds_load, 3)
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
+    tw = time.perf_counter()
     write_mesh_ply(mesh_path, mesh)
-    _write_preview(mesh_path, mesh)
+    areas = triangle_areas(mesh.vertices, mesh.faces)   # once: the record's area and the preview's sampling
+    _write_preview(mesh_path, mesh, areas)
+    counts["mesh_write_seconds"] = round(time.perf_counter() - tw, 3)
     record = {"method": cfg.method, "backend": backend if cfg.method == "tsdf" else "cpu", "settings": settings,
-              "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area_m2": round(mesh.area(), 6),
+              "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area_m2": round(float(areas.sum()), 6),
               "seconds": round(time.perf_counter() - t0, 3), "counts": counts}
     atomic_write_text(record_path, json.dumps(record, indent=1))
     log.info("mesh: %s, %d vertices, %d faces (%s, %.2f s)", mesh_path, mesh.num_vertices, mesh.num_faces,
@@ -138,15 +157,15 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
     return record
 
 
-def _write_preview(mesh_path: Path, mesh) -> None:
+def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
     """previews/mesh.npz: points sampled on the surface with the vertex colours blended, which the
-    report's viewer draws beside the clouds (evaluation/report.py)."""
+    report's viewer draws beside the clouds (evaluation/report.py); areas: the triangles'."""
     from ..io.cloud_preview import PREVIEW_POINTS, write_cloud_preview  # noqa: PLC0415
     from ..io.mesh_ply import sample_surface  # noqa: PLC0415
     from ..io.point_cloud import PointCloud  # noqa: PLC0415
 
-    area = max(mesh.area(), 1e-12)
-    xyz, rgb, _ = sample_surface(mesh, float(np.sqrt(area / PREVIEW_POINTS)), PREVIEW_POINTS)
+    area = max(float(areas.sum()), 1e-12)
+    xyz, rgb, _ = sample_surface(mesh, float(np.sqrt(area / PREVIEW_POINTS)), PREVIEW_POINTS, areas=areas)
     write_cloud_preview(mesh_path, cloud=PointCloud(xyz=xyz, colors=rgb))
 
 

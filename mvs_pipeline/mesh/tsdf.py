@@ -16,9 +16,10 @@ Only voxels near a surface exist: the blocks of BLOCK^3 voxels that some depth p
 only those are integrated and meshed. Bounded memory: the blocks (sorted) are cut into batches whose
 device arrays (BATCH_BYTES_PER_VOXEL) stay within `max_block_bytes`, each with its halo (march.py);
 a batch is one kernel launch per view group (the views' maps are held in groups of at most
-`max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device,
-and only the batch's vertices, colours and faces come to the host, where the batches' meshes are
-joined (march.merge_parts). Vertex colours are the mean colour of the voxel nearest each vertex.
+`max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device;
+the batches' vertices, colours and faces stay there and are joined there (march.merge_parts), and
+only the joined mesh comes to the host. Vertex colours are the mean colour of the voxel nearest each
+vertex.
 
 The kernels (cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu via cuda.py) and the twins (cpu.py) compute the
 same outputs; everything else is array code on CuPy or NumPy, so both backends give one mesh.
@@ -36,7 +37,7 @@ from ..errors import MVSError
 from ..gpu.loader import to_host
 from ..io.mesh_ply import TriangleMesh
 from .blocks import allocate_blocks
-from .layout import BLOCK_VOXELS, camera_table, empty_accumulators, finish, vertex_colours
+from .layout import BLOCK_VOXELS, camera_table, empty_accumulators, finish, incidence_cos, vertex_colours
 from .march import halo_blocks, march_batch, merge_parts, shared_blocks
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 # ~0.09 face of 24 bytes a voxel on the object) ~4, and slack
 BATCH_BYTES_PER_VOXEL = 82
 FOOTPRINT_GRID = 256
+MAP_BYTES_PER_PIXEL = 7   # a view group's depth (float32) and colour (3 x uint8) on the device; + 4 for the scale
 
 
 @dataclass
@@ -59,6 +61,17 @@ class DepthViews:
     K: list  # per view [3, 3] float64
     R: list
     t: list
+    cos: np.ndarray | None = None  # [P] float32 |n . r| from the views' normal maps (layout.normal_cos), or None
+
+    def view_scale(self, xp, v: int, depth, floor: float):
+        """[H, W] float32 (xp): view v's pixels' |n . r| from the normal maps where there are some, else
+        from the depth map's slopes (layout.incidence_cos), at least floor (1 where there is no depth);
+        ones at floor 1. depth: the view's map on xp."""
+        if floor >= 1.0 or self.cos is None:
+            return incidence_cos(xp, depth, self.K[v], floor)
+        w, h = (int(s) for s in self.sizes[v])
+        cos = xp.asarray(self.cos[self.offsets[v]: self.offsets[v] + w * h].reshape(h, w))
+        return xp.where(depth > 0, xp.maximum(cos, xp.float32(floor)), xp.float32(1.0))
 
     @property
     def num_views(self) -> int:
@@ -69,8 +82,9 @@ class DepthViews:
         return self.depth[self.offsets[v]: self.offsets[v] + w * h].reshape(h, w)
 
 
-def stack_views(views, depths: list, colours: list) -> DepthViews:
-    """views: scene Views with K, R, t; depths [H, W] float32 (<= 0: none); colours [H, W, 3] uint8 RGB."""
+def stack_views(views, depths: list, colours: list, cosines: list | None = None) -> DepthViews:
+    """views: scene Views with K, R, t; depths [H, W] float32 (<= 0: none); colours [H, W, 3] uint8 RGB;
+    cosines [H, W] float32 (layout.normal_cos of the views' normal maps) or None."""
     sizes = np.array([[d.shape[1], d.shape[0]] for d in depths], np.int32).reshape(-1, 2)
     counts = sizes[:, 0].astype(np.int64) * sizes[:, 1]
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
@@ -78,8 +92,9 @@ def stack_views(views, depths: list, colours: list) -> DepthViews:
     depth[~np.isfinite(depth)] = 0.0
     rgb = (np.concatenate([np.asarray(c, np.uint8).reshape(-1, 3) for c in colours]) if colours
            else np.zeros((0, 3), np.uint8))
+    cos = np.concatenate([np.asarray(c, np.float32).ravel() for c in cosines]) if cosines and depths else None
     return DepthViews(depth, rgb, camera_table(views), offsets, sizes, [v.K for v in views], [v.R for v in views],
-                      [v.t for v in views])
+                      [v.t for v in views], cos)
 
 
 def pixel_footprint(dv: DepthViews) -> float:
@@ -102,9 +117,12 @@ def pixel_footprint(dv: DepthViews) -> float:
 
 
 def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: float = 1.0, min_surface: float = 1.0,
-              max_map_bytes: int = 2 << 30, max_block_bytes: int = 1 << 30,
+              max_map_bytes: int = 2 << 30, max_block_bytes: int = 1 << 30, incidence_floor: float = 1.0,
               backend: str = "cpu") -> tuple[TriangleMesh, dict]:
-    """The mesh of the depth maps' fused TSDF, and counts (blocks, voxels, batches, seconds)."""
+    """The mesh of the depth maps' fused TSDF, and counts (blocks, voxels, batches, seconds).
+    incidence_floor < 1: a view is a surface view of a voxel (the min_surface count) when (d - z) |n . r|
+    < truncation, |n . r| of its pixel at least this (DepthViews.view_scale): the distance along the
+    surface's normal; 1: when d - z < truncation, the projective distance. The field takes d - z."""
     if dv.num_views == 0 or not np.any(dv.depth > 0):
         raise MVSError("mesh (tsdf): the depth maps hold no valid depth")
     t0 = time.perf_counter()
@@ -116,13 +134,13 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     else:
         kernels = _twin()
         xp = np
-    origin, blocks = allocate_blocks(xp, dv, voxel, truncation, int(min_surface))
+    origin, blocks = allocate_blocks(xp, dv, voxel, truncation, int(min_surface), incidence_floor)
     base = int(blocks.max()) + 2   # block codes stay distinct for the +1 neighbours
     per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
     shared = shared_blocks(xp, blocks, xp.arange(len(blocks)) // per_batch, base)
     seconds_alloc = time.perf_counter() - t0
-    groups = _view_groups(dv, max_map_bytes)
-    resident = _upload(xp, dv, *groups[0]) if len(groups) == 1 else None
+    groups = _view_groups(dv, max_map_bytes, MAP_BYTES_PER_PIXEL + (4 if incidence_floor < 1.0 else 0))
+    resident = _upload(xp, dv, *groups[0], incidence_floor) if len(groups) == 1 else None
     o32 = origin.astype(np.float32)
     parts, voxels, batches, seconds_march = [], 0, 0, 0.0
     for start in range(0, len(blocks), per_batch):
@@ -133,28 +151,34 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
         voxels += len(batch) * BLOCK_VOXELS
         batches += 1
         for v0, v1 in groups:
-            arrays = resident if resident is not None else _upload(xp, dv, v0, v1)
+            arrays = resident if resident is not None else _upload(xp, dv, v0, v1, incidence_floor)
             kernels.tsdf_integrate(arrays["depth"], arrays["rgb"], arrays["cams"], arrays["offsets"], arrays["sizes"],
-                                   (0, v1 - v0), o32, voxel, truncation, batch, acc)
+                                   (0, v1 - v0), o32, voxel, truncation, batch, acc, scale=arrays["scale"])
         tm = time.perf_counter()
         field = finish(xp, acc, min_weight, min_surface)
         part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base,
                            xp.concatenate([shared[owned], xp.ones(len(halo), bool)]))
         if part is not None:
+            # kept on the device, compact: world float32 places (the copies of a shared vertex are still
+            # equal bit for bit), batch-local int32 faces
             pos, nearest, faces, key, merge = part
-            parts.append((to_host(pos), to_host(vertex_colours(xp, acc, nearest)), to_host(faces), to_host(key),
-                          to_host(merge)))
+            world = (xp.asarray(origin) + pos * voxel).astype(xp.float32)
+            parts.append((world, vertex_colours(xp, acc, nearest), faces.astype(xp.int32), key, merge))
+            del pos, nearest, faces, part
         del acc, field
         seconds_march += time.perf_counter() - tm
     if not parts:
         raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
                        "and mesh.voxel_size")
-    verts, faces, colours = merge_parts(parts)
-    verts = origin + verts * voxel
-    mesh = TriangleMesh(verts.astype(np.float32), faces.astype(np.int32), colours)
+    tm = time.perf_counter()
+    verts, faces, colours = merge_parts(parts, xp)
+    del parts
+    mesh = TriangleMesh(to_host(verts), to_host(faces.astype(xp.int32)), to_host(colours))
+    seconds_join = time.perf_counter() - tm
     counts = {"mesh_blocks": int(len(blocks)), "mesh_voxels": voxels, "mesh_batches": batches,
               "mesh_view_groups": len(groups), "mesh_alloc_seconds": round(seconds_alloc, 3),
-              "mesh_march_seconds": round(seconds_march, 3), "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
+              "mesh_march_seconds": round(seconds_march, 3), "mesh_join_seconds": round(seconds_join, 3),
+              "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
     return mesh, counts
 
 
@@ -164,11 +188,12 @@ def _twin():
     return cpu
 
 
-def _view_groups(dv: DepthViews, max_map_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive view ranges whose maps (4 + 3 bytes a pixel) fit in max_map_bytes (one view at least)."""
+def _view_groups(dv: DepthViews, max_map_bytes: int, per_pixel: int = 7) -> list[tuple[int, int]]:
+    """Consecutive view ranges whose maps (per_pixel bytes: depth 4, colour 3, with incidence_floor < 1 the
+    scale 4) fit in max_map_bytes (one view at least)."""
     groups, start, used = [], 0, 0
     for v in range(dv.num_views):
-        b = 7 * int(dv.sizes[v, 0]) * int(dv.sizes[v, 1])
+        b = per_pixel * int(dv.sizes[v, 0]) * int(dv.sizes[v, 1])
         if v > start and used + b > max_map_bytes:
             groups.append((start, v))
             start, used = v, 0
@@ -177,10 +202,18 @@ def _view_groups(dv: DepthViews, max_map_bytes: int) -> list[tuple[int, int]]:
     return groups
 
 
-def _upload(xp, dv: DepthViews, v0: int, v1: int) -> dict:
-    """The maps of views v0 .. v1-1 as (xp) arrays, offsets from that group's first pixel."""
+def _upload(xp, dv: DepthViews, v0: int, v1: int, incidence_floor: float = 1.0) -> dict:
+    """The maps of views v0 .. v1-1 as (xp) arrays, offsets from that group's first pixel, with each
+    pixel's scale (DepthViews.view_scale, made on the device) when incidence_floor < 1, else None."""
     p0 = int(dv.offsets[v0])
     p1 = int(dv.offsets[v1 - 1]) + int(dv.sizes[v1 - 1, 0]) * int(dv.sizes[v1 - 1, 1])
-    return {"depth": xp.asarray(dv.depth[p0:p1]), "rgb": xp.asarray(np.ascontiguousarray(dv.rgb[p0:p1])),
+    depth = xp.asarray(dv.depth[p0:p1])
+    scale = [] if incidence_floor < 1.0 else None
+    for v in range(v0, v1) if scale is not None else ():
+        w, h = (int(s) for s in dv.sizes[v])
+        a = int(dv.offsets[v]) - p0
+        scale.append(dv.view_scale(xp, v, depth[a: a + w * h].reshape(h, w), incidence_floor).ravel())
+    return {"depth": depth, "scale": xp.concatenate(scale) if scale is not None else None,
+            "rgb": xp.asarray(np.ascontiguousarray(dv.rgb[p0:p1])),
             "cams": xp.asarray(np.ascontiguousarray(dv.cams[v0:v1])),
             "offsets": xp.asarray(dv.offsets[v0:v1] - p0), "sizes": xp.asarray(np.ascontiguousarray(dv.sizes[v0:v1]))}

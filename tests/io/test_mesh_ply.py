@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.errors import MVSError
-from mvs_pipeline.io.mesh_ply import TriangleMesh, face_count, read_mesh_ply, sample_surface, write_mesh_ply
+from mvs_pipeline.io.mesh_ply import (
+    TriangleMesh,
+    face_count,
+    read_mesh_ply,
+    sample_surface,
+    triangle_areas,
+    write_mesh_ply,
+)
 from mvs_pipeline.io.ply import read_ply
 
 
@@ -42,6 +49,21 @@ def test_bad_faces_and_missing_files(tmp_path):
         write_mesh_ply(tmp_path / "bad.ply", bad)
     with pytest.raises(MVSError, match="not found"):
         read_mesh_ply(tmp_path / "none.ply")
+
+
+def test_triangle_areas_against_heron_and_given_areas_sample_the_same():
+    rng = np.random.default_rng(3)
+    v = rng.uniform(-2, 2, (50, 3)).astype(np.float32)
+    f = rng.integers(0, 50, (400, 3)).astype(np.int32)
+    a, b, c = (np.linalg.norm(v[f[:, i]].astype(np.float64) - v[f[:, j]], axis=1) for i, j in ((0, 1), (1, 2), (2, 0)))
+    s = np.sort(np.stack([a, b, c]), axis=0)[::-1]          # Kahan's stable Heron: x >= y >= z
+    x, y, z = s
+    heron = 0.25 * np.sqrt(np.maximum((x + (y + z)) * (z - (x - y)) * (z + (x - y)) * (x + (y - z)), 0))
+    areas = triangle_areas(v, f)
+    np.testing.assert_allclose(areas, heron, rtol=1e-9, atol=1e-12)
+    mesh = TriangleMesh(v, f)
+    for got, want in zip(sample_surface(mesh, 0.05, areas=areas), sample_surface(mesh, 0.05)):
+        assert got == want if isinstance(got, str) else np.array_equal(got, want)
 
 
 def test_surface_samples_have_the_stated_density():

@@ -9,7 +9,7 @@ import pytest
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.mesh import cpu
 from mvs_pipeline.mesh.layout import BLOCK_VOXELS, camera_table, empty_accumulators
-from mvs_pipeline.mesh.tsdf import pixel_footprint, stack_views, tsdf_mesh
+from mvs_pipeline.mesh.tsdf import MAP_BYTES_PER_PIXEL, pixel_footprint, stack_views, tsdf_mesh
 
 from .mesh_compare import assert_same_mesh
 from .sphere_views import CENTRE, RADIUS, sphere_views
@@ -68,8 +68,9 @@ def test_view_groups_add_the_same_sums(sphere):
 
 def test_small_map_budget_gives_the_same_mesh(sphere):
     *_, dv = sphere
-    a, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL)
-    b, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, max_map_bytes=2 * 7 * 96 * 72)
+    a, _ = tsdf_mesh(dv, VOXEL, 4 * VOXEL, incidence_floor=0.3)
+    b, counts = tsdf_mesh(dv, VOXEL, 4 * VOXEL, max_map_bytes=2 * (MAP_BYTES_PER_PIXEL + 4) * 96 * 72,
+                          incidence_floor=0.3)
     assert counts["mesh_view_groups"] == 4
     np.testing.assert_array_equal(a.vertices, b.vertices)
     np.testing.assert_array_equal(a.faces, b.faces)
@@ -115,3 +116,27 @@ def test_no_depth_is_one_clear_error(sphere):
     empty = stack_views(views, [np.zeros_like(d) for d in depths], colours)
     with pytest.raises(MVSError, match="no valid depth"):
         tsdf_mesh(empty, VOXEL, 4 * VOXEL)
+
+
+def test_incidence_cos_of_tilted_planes_and_their_edge():
+    """Planes at known tilts: each pixel's |n . r| (the ray r = (u, v, 1)) from the depths, to the
+    one-pixel differences' error (1 / z is linear in the pixel, z is not), and from a normal map; at
+    a step to a farther plane each side reads its own plane, not the step (one-sided differences)."""
+    from mvs_pipeline.mesh.layout import incidence_cos, normal_cos  # noqa: PLC0415
+
+    f, w, h = 300.0, 120, 90
+    K = np.array([[f, 0, w / 2 - 7.0], [0, f, h / 2 + 4.0], [0, 0, 1]])
+    uu, vv = np.meshgrid((np.arange(w) + 0.5 - K[0, 2]) / f, (np.arange(h) + 0.5 - K[1, 2]) / f)
+    for deg in (0.0, 30.0, 60.0, 80.0):
+        a = np.radians(deg)
+        n = np.array([np.sin(a) * 0.8, np.sin(a) * 0.6, np.cos(a)])   # tilted about a skew axis
+        ndotr = uu * n[0] + vv * n[1] + n[2]
+        z = np.where(np.arange(w)[None, :] < w // 2, 2.0, 3.0) / ndotr   # n . X = 2, then n . X = 3
+        z = np.where(ndotr > 0.05, z, 0.0)                                # the plane behind the camera: none
+        cos = incidence_cos(np, z.astype(np.float32), K, 0.1)
+        np.testing.assert_allclose(cos, np.where(z > 0, np.maximum(ndotr, 0.1), 1.0), rtol=0.03,
+                                   err_msg=f"{deg} deg")
+        normals = np.broadcast_to(-n.astype(np.float32), (h, w, 3))              # facing the camera
+        np.testing.assert_allclose(normal_cos(normals, K), np.abs(ndotr), rtol=1e-5, atol=1e-7)   # exact
+    assert np.all(incidence_cos(np, np.zeros((4, 5), np.float32), K, 0.1) == 1)        # no depth: 1
+    assert np.all(incidence_cos(np, np.full((4, 5), 2.0, np.float32), K, 1.0) == 1)    # floor 1: off

@@ -17,10 +17,10 @@ from .random_views import random_views
 from .sphere_views import CENTRE, RADIUS, sphere_views
 
 
-def dense_allocation(xp, dv, voxel, truncation, min_surface=1):
+def dense_allocation(xp, dv, voxel, truncation, min_surface=1, incidence_floor=1.0):
     """Every block of the box two blocks around the allocated ones (the grid a dense TSDF would fill),
     on the same grid (origin: the voxel centres, and so the float32 sums, are the same)."""
-    origin, found = allocate_blocks(xp, dv, voxel, truncation, min_surface)
+    origin, found = allocate_blocks(xp, dv, voxel, truncation, min_surface, incidence_floor)
     lo, hi = np.maximum(found.min(axis=0) - 2, 0), found.max(axis=0) + 3
     box = np.stack(np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)], indexing="ij"), -1).reshape(-1, 3)
     return origin, box.astype(np.int32)
@@ -43,17 +43,20 @@ def test_sphere_blocks_give_the_dense_grids_mesh():
     assert cs["mesh_blocks"] < 0.4 * cd["mesh_blocks"]   # the shell, not the box
 
 
-def test_sphere_blocks_two_views_reserve_give_the_dense_grids_mesh():
+@pytest.mark.parametrize("incidence_floor", [1.0, 0.2])
+def test_sphere_blocks_two_views_reserve_give_the_dense_grids_mesh(incidence_floor):
     views, depths, colours = sphere_views()
-    same_mesh_as_dense(stack_views(views, depths, colours), 0.02, 0.08, min_surface=2)
+    same_mesh_as_dense(stack_views(views, depths, colours), 0.02, 0.08, min_surface=2, incidence_floor=incidence_floor)
 
 
-@pytest.mark.parametrize("seed, truncation, min_surface", [(3, 0.25, 1), (4, 0.25, 1), (3, 0.5, 2), (4, 0.5, 2)])
-def test_random_views_blocks_give_the_dense_grids_mesh(seed, truncation, min_surface):
+@pytest.mark.parametrize("seed, truncation, min_surface, floor", [
+    (3, 0.25, 1, 1.0), (4, 0.25, 1, 1.0), (3, 0.5, 2, 1.0), (4, 0.5, 2, 1.0), (3, 0.25, 1, 0.3), (4, 0.5, 2, 0.3)])
+def test_random_views_blocks_give_the_dense_grids_mesh(seed, truncation, min_surface, floor):
     # random depths: surfaces at every depth and angle, a camera inside the volume (two views agree
-    # by chance only: a longer truncation for min_surface 2)
+    # by chance only: a longer truncation for min_surface 2); floor < 1: the band stretched along
+    # each pixel's ray by 1 / its incidence cosine, which the allocation must cover
     mesh, _, _ = same_mesh_as_dense(random_views(np.random.default_rng(seed), 6), 0.06, truncation,
-                                    min_surface=min_surface)
+                                    min_surface=min_surface, incidence_floor=floor)
     assert mesh.num_faces > 100
 
 

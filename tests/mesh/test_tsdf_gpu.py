@@ -119,3 +119,67 @@ def test_gpu_and_cpu_meshes_agree_on_random_views():
     b, _ = tsdf_mesh(dv, 0.05, 0.2, backend="cuda")
     np.testing.assert_array_equal(a.faces, b.faces)
     np.testing.assert_array_equal(a.vertices, b.vertices)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_merge_parts_on_the_device_matches_the_host(cupy, seed):
+    """march.merge_parts' array code on CuPy against NumPy: random parts whose marked keys repeat
+    within and across parts, and faces that collapse when copies merge."""
+    from mvs_pipeline.mesh.march import merge_parts  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(3):
+        nv = int(rng.integers(200, 400))
+        key = rng.integers(0, 150, nv)                      # repeats: copies of one vertex
+        merge = rng.random(nv) < 0.6
+        pos = (key[:, None] * np.array([1.0, 2.0, 3.0])).astype(np.float32)   # copies share places
+        col = (key[:, None] % 256).astype(np.uint8).repeat(3, axis=1)
+        faces = rng.integers(0, nv, (int(rng.integers(300, 600)), 3)).astype(np.int32)
+        parts.append((pos, col, faces, key, merge))
+    host = merge_parts(parts)
+    dev = merge_parts([tuple(cupy.asarray(a) for a in p) for p in parts], cupy)
+    assert len(host[1]) > 100
+    for a, b, what in zip(host, dev, ("positions", "faces", "colours")):
+        np.testing.assert_array_equal(cupy.asnumpy(b), a, err_msg=what)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kernel_with_incidence_scale_matches_twin_and_the_scale_on_the_device_the_hosts(cupy, seed):
+    from mvs_pipeline.mesh import cuda  # noqa: PLC0415
+    from mvs_pipeline.mesh.layout import incidence_cos  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    dv = random_views(rng, 5)
+    scales = []
+    for v in range(dv.num_views):
+        d = dv.view_depth(v)
+        host = incidence_cos(np, d, dv.K[v], 0.25)
+        dev = incidence_cos(cupy, cupy.asarray(d), dv.K[v], 0.25)
+        np.testing.assert_array_equal(cupy.asnumpy(dev), host)
+        scales.append(host.ravel())
+    scale = np.concatenate(scales)
+    assert scale.min() == np.float32(0.25) and ((scale > 0.25) & (scale < 1)).sum() > 50   # floored and not
+    box = np.stack(np.meshgrid(*[np.arange(6)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    blocks = rng.permutation(box)[:100].astype(np.int32)
+    origin = rng.uniform(-1.2, -0.8, 3).astype(np.float32)
+    host = empty_accumulators(np, len(blocks) * BLOCK_VOXELS)
+    dev = empty_accumulators(cupy, len(blocks) * BLOCK_VOXELS)
+    cpu.tsdf_integrate(dv.depth, dv.rgb, dv.cams, dv.offsets, dv.sizes, (0, 5), origin, 0.05, 0.3, blocks, host,
+                       scale=scale)
+    cuda.tsdf_integrate(cupy.asarray(dv.depth), cupy.asarray(dv.rgb), cupy.asarray(dv.cams), cupy.asarray(dv.offsets),
+                        cupy.asarray(dv.sizes), (0, 5), origin, 0.05, 0.3, cupy.asarray(blocks), dev,
+                        scale=cupy.asarray(scale))
+    assert host["rgb_weight"].max() > 0
+    for key in host:
+        np.testing.assert_array_equal(cupy.asnumpy(dev[key]), host[key], err_msg=key)
+
+
+def test_gpu_and_cpu_meshes_agree_with_incidence_scale():
+    views, depths, colours = sphere_views()
+    dv = stack_views(views, depths, colours)
+    a, _ = tsdf_mesh(dv, 0.02, 0.08, backend="cpu", min_surface=2, incidence_floor=0.2)
+    b, _ = tsdf_mesh(dv, 0.02, 0.08, backend="cuda", min_surface=2, incidence_floor=0.2)
+    np.testing.assert_array_equal(a.faces, b.faces)
+    np.testing.assert_array_equal(a.vertices, b.vertices)
+    np.testing.assert_array_equal(a.colors, b.colors)
