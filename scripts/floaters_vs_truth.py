@@ -124,8 +124,11 @@ def pass_errors(scene_dir: Path, run: Path, tol: float, far: float) -> list[dict
     share off by more than `tol` (metres), for true depths up to `far` and beyond (a coarse map's
     pixel compared with the true depth at its centre in the full-size view)."""
     scene = read_scene(run / "images", run / "sparse")
-    folders = sorted((run / "stereo" / "passes").glob("s*_*"),   # coarsest scale first, photometric first
-                     key=lambda p: (-int(p.name[1:p.name.index("_")]), "photometric" not in p.name, p.name))
+    order = ("photometric", "planar", "geometric")   # a scale's passes in the order they run
+    folders = sorted((p for p in (run / "stereo" / "passes").glob("s*_*") if p.is_dir()),
+                     key=lambda p: (-int(p.name[1:p.name.index("_")]),
+                                    [k in p.name for k in order].index(True) if any(k in p.name for k in order) else 3,
+                                    p.name))
     sources = [(p.name, p / "depth_maps", "geometric" if "geometric" in p.name else "photometric") for p in folders]
     sources += [("final photometric", run / "stereo" / "depth_maps", "photometric"),
                 ("final geometric", run / "stereo" / "depth_maps", "geometric")]
