@@ -5,7 +5,7 @@ exact ground truth, and on DTU scan 24 with its object masks; one table of the s
 Synthetic rows: ETH3D accuracy / completeness / F1 of fused.ply at 1, 2 and 5 cm, points, seconds,
 and the share of the points that some view sees against its background (sky, backdrop: floaters,
 which the ETH3D scores do not see; synth/background_points.py), and the true accuracy at 2 cm: the
-share within 2 cm of the scene's mesh, every point judged (synth/mesh_accuracy.py; ETH3D judges only
+share within 2 cm of the scene's mesh, every point judged (evaluation/mesh_accuracy.py; ETH3D judges only
 points inside a scanner beam, a minority with the synthetic scans, and none behind a scanned surface).
 DTU row: mask precision (all views, 90 % of views) and mask coverage of fused.ply, with the masks
 also given to fusion (as the DTU README asks); units there are millimetres.
@@ -120,11 +120,11 @@ def background_share(scene: Path, cloud: Path) -> float:
 
 def mesh_share(scene: Path, cloud: Path) -> float:
     """Share of `cloud`'s points within 2 cm of the synthetic `scene`'s mesh, per 1 cm cell as ETH3D's
-    accuracy but with every point judged (synth/mesh_accuracy.py: ETH3D judges only points inside a
+    accuracy but with every point judged (evaluation/mesh_accuracy.py: ETH3D judges only points inside a
     scanner beam, a minority with the synthetic scans, and never those behind a scanned surface)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
     from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
-    from mvs_pipeline.synth.mesh_accuracy import mesh_accuracy  # noqa: PLC0415
+    from mvs_pipeline.evaluation.mesh_accuracy import mesh_accuracy  # noqa: PLC0415
 
     return round(mesh_accuracy(scene / "gt" / "mesh.ply", read_ply(cloud).xyz, tolerances=[0.02])[0], 4)
 

@@ -203,7 +203,7 @@ def main(argv=None) -> int:
         m[f"{name}_behind_true_surface"] = int((sel & behind).sum())
     m["mesh_accuracy_all"] = float(on_mesh.mean())          # share within tol of the true surface, every point
     m["mesh_accuracy_judged"] = float(on_mesh[judged].mean())
-    # per 1 cm cell as ETH3D's accuracy, every point judged (synth/mesh_accuracy.py, bench_quality's column)
+    # per 1 cm cell as ETH3D's accuracy, every point judged (evaluation/mesh_accuracy.py, bench_quality's column)
     m["true_accuracy_cells"] = float(tolerance_scores(np, xyz.astype(np.float32), attrs["mesh_dist"] ** 2, [tol], 0.01)[0])
     print(f"{len(xyz):,} points, {judged.sum():,} judged, {floater.sum():,} floaters "
           f"(> {tol * 100:g} cm from the scans, {floater.sum() / max(1, judged.sum()):.3f} of judged)")

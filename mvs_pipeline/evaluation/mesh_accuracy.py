@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.voxels import tolerance_scores
+from .voxels import tolerance_scores
 
 POINT_CHUNK = 2_000_000   # points whose distance Open3D computes at once
 

@@ -1,4 +1,4 @@
-"""synth/mesh_accuracy.py: accuracy against the mesh, every point judged; and what ETH3D's beam
+"""evaluation/mesh_accuracy.py: accuracy against the mesh, every point judged; and what ETH3D's beam
 test misses on a synthetic room (points behind the surface are never judged)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from mvs_pipeline.evaluation.eth3d import evaluate_eth3d
 from mvs_pipeline.evaluation.mlp import load_scans
 from mvs_pipeline.scene.workspace import read_scene
-from mvs_pipeline.synth.mesh_accuracy import mesh_accuracy, mesh_distances
+from mvs_pipeline.evaluation.mesh_accuracy import mesh_accuracy, mesh_distances
 from mvs_pipeline.synth.oracle import oracle_cloud
 
 
