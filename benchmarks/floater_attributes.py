@@ -10,6 +10,7 @@ distance to the scans: a floater is judged and farther than TOL) and these attri
   seen        neighbours with a valid depth under the point (could have agreed)
   agree_share (support - 1) / seen
   violations  neighbours whose depth lies behind the point (free space, as fusion counts them)
+  front005, front010, front020  the same at margins of 0.5, 1 and 2 % instead of free_space_margin
   cost        the reference's final matching cost at the pixel (stereo/cost_maps: only in a RUN
               made with --set depth.keep_pass_maps=true; NaN otherwise)
   texture     11x11 grey-level standard deviation at the pixel (fusion's min_texture measure)
@@ -31,6 +32,7 @@ drops and the ETH3D scores at 1, 2 and 5 cm of what is left (voxel-weighted, as 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -43,15 +45,20 @@ from mvs_pipeline.config.loader import load_config  # noqa: E402
 from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: E402
 from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
 from mvs_pipeline.fusion.inputs import find_inputs, local_grey_std  # noqa: E402
+from mvs_pipeline.fusion.params import FusionConfig  # noqa: E402
 from mvs_pipeline.fusion.stage import fuse_chunks  # noqa: E402
 from mvs_pipeline.io.colmap_maps import read_depth_map  # noqa: E402
 from mvs_pipeline.io.photos import read_colour  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.views.stage import read_views_json  # noqa: E402
 
-ATTRIBUTES = ("support", "seen", "agree_share", "violations", "cost", "texture", "incidence", "tri_angle",
+ATTRIBUTES = ("support", "seen", "agree_share", "violations", "front005", "front010", "front020", "cost", "texture",
+              "incidence", "tri_angle",
               "depth_dev", "depth", "spread")
 TOLERANCES = (0.01, 0.02, 0.05)
+# front005, front010, ...: neighbours whose depth map lies behind the point by more than this share
+# (the free-space votes at margins other than fusion's free_space_margin)
+FRONT_MARGINS = (0.005, 0.01, 0.02)
 
 
 def _angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -69,6 +76,7 @@ def chunk_attributes(scene, chunk, depth_maps: dict, cost_path, bgr, margin: flo
     centre = ref.center
     seen = np.zeros(len(X), np.int32)
     violations = np.zeros(len(X), np.int32)
+    front = {m: np.zeros(len(X), np.int32) for m in FRONT_MARGINS}
     tri = np.zeros(len(X))
     dev = np.zeros(len(X))
     for k, j in enumerate(chunk.neighbors):
@@ -83,6 +91,8 @@ def chunk_attributes(scene, chunk, depth_maps: dict, cost_path, bgr, margin: flo
         valid = inside & (dq > 0)
         seen += valid
         violations += valid & (z < (1.0 - margin) * dq)
+        for m in FRONT_MARGINS:
+            front[m] += valid & (z < (1.0 - m) * dq)
         agreed = (chunk.vis >> k) & 1 == 1
         if agreed.any():
             tri[agreed] = np.maximum(tri[agreed], _angle_deg(X[agreed] - centre, X[agreed] - nb.center))
@@ -93,14 +103,18 @@ def chunk_attributes(scene, chunk, depth_maps: dict, cost_path, bgr, margin: flo
             "cost": cost.astype(np.float64), "texture": local_grey_std(bgr)[rows, cols].astype(np.float64),
             "incidence": np.minimum(_angle_deg(chunk.normal.astype(np.float64), centre - X), 180.0),
             "tri_angle": tri, "depth_dev": dev, "depth": d,
-            "spread": d / (ref.K[0, 0] * np.maximum(np.sin(np.radians(tri)), 1e-6)), "view": np.full(len(X), chunk.view_idx, np.int32)}
+            "spread": d / (ref.K[0, 0] * np.maximum(np.sin(np.radians(tri)), 1e-6)),
+            "view": np.full(len(X), chunk.view_idx, np.int32),
+            **{f"front{round(m * 1000):03d}": front[m] for m in FRONT_MARGINS}}
 
 
 def run_fusion_config(run: Path, overrides: list[str]):
     """The default config with RUN's resolved fusion keys (other sections may come from another
     version of the pipeline) and then `overrides` (--set KEY=VALUE)."""
     fusion = yaml.safe_load((run / "config.resolved.yaml").read_text()).get("fusion", {})
-    return load_config(None, [f"fusion.{k}={json.dumps(v)}" for k, v in fusion.items()] + list(overrides))
+    known = {f.name for f in dataclasses.fields(FusionConfig)}   # a RUN of another version may have others
+    return load_config(None, [f"fusion.{k}={json.dumps(v)}" for k, v in fusion.items() if k in known]
+                       + list(overrides))
 
 
 def point_attributes(run: Path, overrides: list[str] = ()) -> tuple[np.ndarray, dict]:
@@ -135,9 +149,10 @@ def auc(bad: np.ndarray, good: np.ndarray) -> float:
     return float((ranks[: len(bad)].sum() - len(bad) * (len(bad) + 1) / 2.0) / (len(bad) * len(good)))
 
 
-def attribute_table(attrs: dict, judged: np.ndarray, floater: np.ndarray, bins: int = 5) -> list[dict]:
+def attribute_table(attrs: dict, judged: np.ndarray, floater: np.ndarray, names=ATTRIBUTES,
+                    bins: int = 5) -> list[dict]:
     rows = []
-    for name in ATTRIBUTES:
+    for name in names:
         v = attrs[name]
         ok = judged & np.isfinite(v)
         edges = np.unique(np.quantile(v[ok], np.linspace(0, 1, bins + 1)))
