@@ -174,6 +174,14 @@ def scores(xyz: np.ndarray, scans) -> dict:
             for k in ("accuracy", "completeness", "f1")}
 
 
+def rule_row(rule: str, attrs: dict, xyz: np.ndarray, scans, judged: np.ndarray, floater: np.ndarray) -> dict:
+    """A drop rule (a NumPy expression over the attributes, True = drop) scored: what it drops of the
+    judged floaters and good points, and the ETH3D scores of the points it keeps."""
+    drop = np.asarray(eval(rule, {"np": np}, dict(attrs)), bool)   # noqa: S307 (the user's own expression)
+    return {"rule": rule, "dropped": int(drop.sum()), "floaters_dropped": int((drop & floater).sum()),
+            "good_dropped": int((drop & judged & ~floater).sum()), **scores(xyz[~drop], scans)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scene", type=Path, help="a scene made by `mvs-pipeline synth`")
@@ -206,9 +214,7 @@ def main(argv=None) -> int:
     out["rules"].append({"rule": "(none)", **base})
     print(f"{'(none)':<40} " + "  ".join(f"{k} {v:.4f}" for k, v in base.items() if "@2cm" in k or "f1" in k))
     for rule in args.rule:
-        drop = np.asarray(eval(rule, {"np": np}, dict(attrs)), bool)   # noqa: S307 (the user's own expression)
-        row = {"rule": rule, "dropped": int(drop.sum()), "floaters_dropped": int((drop & floater).sum()),
-               "good_dropped": int((drop & judged & ~floater).sum()), **scores(xyz[~drop], scans)}
+        row = rule_row(rule, attrs, xyz, scans, judged, floater)
         out["rules"].append(row)
         print(f"{rule:<40} drops {row['dropped']:,} ({row['floaters_dropped']:,} floaters, {row['good_dropped']:,} good)  "
               + "  ".join(f"{k} {v:.4f}" for k, v in row.items() if "@2cm" in k or (k.startswith("f1"))))

@@ -328,9 +328,14 @@ def _resolve_auto(ctx: RunContext) -> None:
         write_resolved_config(ctx)
 
 
+def _cluster_stages(stages: list[str]) -> list[str]:
+    """The stages of this run that use `--cluster`'s workers, in run order."""
+    return [s for s in stages if s in CLUSTER_STAGES]
+
+
 def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str],
                 stack: contextlib.ExitStack) -> None:
-    last_cluster_stage = next((s for s in reversed(stages) if s in CLUSTER_STAGES), None)
+    last_cluster_stage = (_cluster_stages(stages) or [None])[-1]
     try:
         for name in stages:
             t0 = time.perf_counter()
@@ -451,7 +456,7 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
         # no --cluster, or none of the CLUSTER_STAGES in this run: no dask
-        cluster_stages = [s for s in stages if s in CLUSTER_STAGES]
+        cluster_stages = _cluster_stages(stages)
         ctx.cluster_wanted = ctx.cfg.cluster.kind != "none" and bool(cluster_stages)
         if ctx.cluster_wanted:
             stack.callback(_close_cluster, ctx)

@@ -37,9 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import floater_attributes as fa  # noqa: E402
-from floater_attributes import attribute_table, auc, point_attributes, run_fusion_config, scores  # noqa: E402
+from floater_attributes import attribute_table, auc, point_attributes, rule_row, run_fusion_config, scores  # noqa: E402
 
 from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: E402
+from mvs_pipeline.evaluation.mesh_accuracy import mesh_distances  # noqa: E402
 from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
 from mvs_pipeline.evaluation.voxels import tolerance_scores  # noqa: E402
 from mvs_pipeline.fusion.inputs import find_inputs  # noqa: E402
@@ -52,8 +53,6 @@ TRUTH = ("ref_err", "ref_signed", "ref_rel", "true_inc", "true_views", "mesh_dis
 def truth_attributes(scene_dir: Path, run: Path, xyz: np.ndarray, attrs: dict) -> dict:
     """The ground-truth attributes of the fused points (xyz [N, 3], attrs from point_attributes,
     which carry each point's reference view and depth; the pixel is found again by projection)."""
-    import open3d as o3d  # noqa: PLC0415
-
     scene = read_scene(run / "images", run / "sparse")
     cfg = run_fusion_config(run, [])
     inputs, map_type = find_inputs(scene, run / "stereo", cfg.fusion.map_type, cfg.fusion.mask_dir)
@@ -111,10 +110,7 @@ def truth_attributes(scene_dir: Path, run: Path, xyz: np.ndarray, attrs: dict) -
             dp = read_depth_map(photo)[rows, cols].astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out["geo_shift"][sel] = np.where(dp > 0, np.abs(d - dp) / d, np.nan)
-    mesh = o3d.t.geometry.TriangleMesh.from_legacy(o3d.io.read_triangle_mesh(str(scene_dir / "gt" / "mesh.ply")))
-    rc = o3d.t.geometry.RaycastingScene()
-    rc.add_triangles(mesh)
-    out["mesh_dist"] = rc.compute_distance(o3d.core.Tensor(xyz.astype(np.float32))).numpy().astype(np.float64)
+    out["mesh_dist"] = mesh_distances(scene_dir / "gt" / "mesh.ply", xyz)
     return out
 
 
@@ -230,9 +226,7 @@ def main(argv=None) -> int:
     print(f"{'(none)':<44} " + "  ".join(f"{k} {v:.4f}" for k, v in out["rules"][0].items()
                                           if k != "rule" and ("@2cm" in k or k.startswith("f1"))))
     for rule in args.rule:
-        drop = np.asarray(eval(rule, {"np": np}, dict(attrs)), bool)   # noqa: S307 (the user's own expression)
-        row = {"rule": rule, "dropped": int(drop.sum()), "floaters_dropped": int((drop & floater).sum()),
-               "good_dropped": int((drop & judged & ~floater).sum()), **scores(xyz[~drop], scans)}
+        row = rule_row(rule, attrs, xyz, scans, judged, floater)
         out["rules"].append(row)
         print(f"{rule:<44} drops {row['dropped']:,} ({row['floaters_dropped']:,} of {floater.sum():,} floaters, "
               f"{row['good_dropped']:,} of {(judged & ~floater).sum():,} good)  "
