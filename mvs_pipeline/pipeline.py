@@ -250,6 +250,16 @@ def _reset_gpu_pool(backend: str):
     return pool
 
 
+def _stage_gpu_limit(ctx, name: str) -> None:
+    """Under --gpu-memory: the pool's limit for this stage (the texture share only in depth, what the
+    process holds outside the pool measured now), recorded in counts.stage_gpu_limit_bytes."""
+    from .gpu.memory_budget import stage_limit  # noqa: PLC0415
+
+    limit = stage_limit(textures=name == "depth")
+    if limit is not None:
+        ctx.counts.setdefault("stage_gpu_limit_bytes", {})[name] = limit
+
+
 def _gpu_free_bytes() -> int:
     """The device's free bytes (cudaMemGetInfo) as a stage starts: what earlier stages left held."""
     from .gpu.loader import import_cupy  # noqa: PLC0415
@@ -355,6 +365,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             pool = _reset_gpu_pool(ctx.backend) if name != "load" else None
             if pool is not None:
                 ctx.counts.setdefault("stage_gpu_free_at_start_bytes", {})[name] = _gpu_free_bytes()
+                _stage_gpu_limit(ctx, name)
             _reset_host_peak()
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)

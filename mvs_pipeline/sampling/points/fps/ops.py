@@ -129,15 +129,28 @@ def farthest_point_sampling(xyz, num_samples: int, start_index: int = 0, *, back
     if resolved == "cuda":
         import cupy  # noqa: PLC0415
 
-        try:
+        def on_gpu(lean_sort: bool):
             pts_gpu = cupy.asarray(pts)
             if meth == "tree" and leaf_size is None:   # the same sequence, ~100 samples per exchange
-                indices, d2, _info = fps_batched(pts_gpu, m, start, lean=lean)
-            elif meth == "tree":
-                indices, d2, _info = kfps.fps_tree(pts_gpu, m, start, leaf_size=leaf_size, lean=lean)
-            else:
-                idx, d2b = kfps.fps_block(pts_gpu[None], cupy.asarray([start], dtype=cupy.int32), m)
-                indices, d2 = idx[0].astype(cupy.int64), d2b[0]
+                return fps_batched(pts_gpu, m, start, lean=lean_sort)[:2]
+            if meth == "tree":
+                return kfps.fps_tree(pts_gpu, m, start, leaf_size=leaf_size, lean=lean_sort)[:2]
+            idx, d2b = kfps.fps_block(pts_gpu[None], cupy.asarray([start], dtype=cupy.int32), m)
+            return idx[0].astype(cupy.int64), d2b[0]
+
+        try:
+            retry_lean = False
+            try:
+                indices, d2 = on_gpu(lean)
+            except cupy.cuda.memory.OutOfMemoryError as exc:
+                if meth != "tree" or lean:
+                    raise
+                # the estimate is not a measurement: the lean sort (same samples) before the CPU
+                log.info("%s: the fast Morton sort ran out of GPU memory (%s); sorting lean keys", what, exc)
+                retry_lean = True
+            if retry_lean:   # outside the handler: the exception's frames (the upload) are gone by now
+                cupy.get_default_memory_pool().free_all_blocks()
+                indices, d2 = on_gpu(True)
         except cupy.cuda.memory.OutOfMemoryError as exc:
             resolved = _oom_fallback(what, backend, exc)
         except BackendUnavailable as exc:
