@@ -31,7 +31,8 @@ class PipelineConfig:
     max_image_size: int | None = field(default=None, metadata=meta(
         "rescale images so the long side is at most this (null = keep the input size)", "px", (16, 100000)))
     gpu_memory: float | None = field(default=None, metadata=meta(
-        "GPU memory every stage keeps within (CuPy's pool capped, caches and chunks sized to it), e.g. 8 on "
+        "GPU memory the run keeps within, its CUDA context included (CuPy's pool capped, caches and chunks "
+        "sized to it), e.g. 8 on "
         "an 8 GB card or beside other jobs; null = what is free. Changes no output", "GiB", (0.25, 100000)))
     seed: int = field(default=0, metadata=meta(
         "seed of every random draw (PatchMatch initialisation, refinement)", None, (0, 2**31 - 1)))
