@@ -68,6 +68,7 @@ IGNORED_KEYS = {
     "depth.preview_max_size",  # only the PNG previews, which fusion does not read
     "depth.keep_pass_maps",    # only whether maps no later stage reads stay (debugging); no map changes
     "fusion.cache_views",      # memory use only: fusion's points do not depend on the cache (fusion/stage.py)
+    "fusion.load_threads",     # how many views load at once: the same points in the same order
     "evaluate.report",         # the report is rewritten by every run with evaluate (pipeline.py)
     "evaluate.report_max_views",
     "evaluate.report_render_points",

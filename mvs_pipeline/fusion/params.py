@@ -132,6 +132,9 @@ class FusionConfig:
         "with mask_dir: the masks are object silhouettes (DTU-style), so a point is dropped where it projects "
         "onto a zero pixel of any view that has it in front and inside the frame (fusion/silhouettes.py; "
         "false for masks of occluders or sky, which hide real surface)"))
+    load_threads: int = field(default=8, metadata=meta(
+        "threads loading views (maps, image, pixel filters) at once, at most the cores; twice as many views are "
+        "read ahead. Changes no output", "threads", (1, 64)))
     cache_views: int | None = field(default=None, metadata=meta(
         "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
         (2, 100000)))

@@ -81,14 +81,18 @@ log = logging.getLogger(__name__)
 
 BYTES_PER_PIXEL = 4 + 12 + 3 + 1  # resident depth, normal, colour, blocked
 OUTPUT_BYTES_PER_PIXEL = 12 + 12 + 3 + 1 + 4  # per-pixel kernel outputs (GPU)
-# Loader threads (load_view), at most. Kept at 8 in session 22, not measured on a 16-core host: load_view
-# releases the GIL nearly all the time (a pure-Python thread beside it ran as fast as beside a GIL-free
-# OpenCV loop), so more would scale with cores, but fusion also runs ChunkWriter's threads, the main thread
-# that drives the GPU and OpenCV's own pool; load_view's CPU time fell by ~38 % (1024x768 street views,
-# 101-103 -> 62-64 ms), i.e. ~1.6x the views a second from the same 8. Whether the loop still waits on them:
-# fusion.json's load_wait_seconds (the loop waiting) against load_seconds (the loads, summed).
-MAX_LOAD_THREADS = 8
-PREFETCH_VIEWS = 2 * MAX_LOAD_THREADS  # views loaded ahead (host memory)
+# Loader threads (load_view): fusion.load_threads (default 8), at most the cores. Kept at 8 in session 22,
+# not measured on a 16-core host: load_view releases the GIL nearly all the time (a pure-Python thread beside
+# it ran as fast as beside a GIL-free OpenCV loop), so more would scale with cores, but fusion also runs
+# ChunkWriter's threads, the main thread that drives the GPU and OpenCV's own pool; load_view's CPU time fell
+# by ~38 % (1024x768 street views, 101-103 -> 62-64 ms), i.e. ~1.6x the views a second from the same 8.
+# Whether the loop still waits on them: fusion.json's load_wait_seconds (the loop waiting) against
+# load_seconds (the loads, summed). PREFETCH_PER_THREAD views a thread are loaded ahead (host memory).
+PREFETCH_PER_THREAD = 2
+
+
+def load_threads(cfg: FusionConfig) -> int:
+    return max(1, min(int(cfg.load_threads), os.cpu_count() or 1))
 
 
 @dataclass
@@ -248,7 +252,7 @@ def ignored_pixels(counts: dict) -> dict[str, int]:
 
 class _ViewCache:
     def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, stats: dict, load=load_view):
+                 prefetch: int, stats: dict, load=load_view, threads: int = 8):
         self.engine = engine
         self.load = load   # inputs -> HostView (load_view with the config's pixel filters)
         self.inputs = inputs
@@ -267,7 +271,7 @@ class _ViewCache:
         # each view's pixel counts (PIXEL_COUNTS' order), from its first load: a cluster run's ranges
         # share neighbour views, and the client counts each view once as the single process does
         self.pixels_by_view: dict[int, tuple[int, ...]] = {}
-        self.pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_LOAD_THREADS, os.cpu_count() or 1)))
+        self.pool = ThreadPoolExecutor(max_workers=threads)
         self._load_lock = threading.Lock()
 
     def close(self) -> None:
@@ -386,7 +390,7 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
     per_view = max(inp.width * inp.height for inp in inputs if inp is not None) * BYTES_PER_PIXEL
     budget = engine.budget_bytes()
     if engine.name == "cpu":  # loads in flight share host memory with the resident views
-        budget -= PREFETCH_VIEWS * per_view
+        budget -= PREFETCH_PER_THREAD * load_threads(cfg) * per_view
     fit = max(0, budget) // per_view
     if fit < need:
         log.warning("fusion: about %d views fit in half the free %s memory but one reference needs %d; trying %d",
@@ -460,7 +464,10 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         log.warning("fusion.mask_silhouettes is set but fusion.mask_dir is not: no silhouettes to check")
     stats["silhouette_dropped"] = 0
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
-    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_VIEWS), stats=stats,
+    threads = load_threads(cfg)
+    stats["load_threads"] = threads
+    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
+                       threads=threads, stats=stats,
                        load=functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
                                               segment_depth_step=cfg.segment_depth_step,
                                               halo_radius=cfg.halo_radius, halo_edge=cfg.halo_edge))

@@ -4,6 +4,7 @@ test_fusion_gpu.py)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -310,3 +311,19 @@ def test_plane_maps_helper_is_exact():
     assert (depth > 0).all()
     np.testing.assert_allclose(world @ n, 0.2, atol=1e-5)
     assert (normal @ np.array([0, 0, 1.0]) < 0).all()
+
+
+def test_load_threads_change_no_output(tmp_path):
+    """fusion.load_threads (1 against 4, with a 3-view cache that reloads): the same points in the
+    same order, and fusion.json's stats record the threads used."""
+    n = 7
+    poses = [look_at((0.1 * k, 0.0, 3.0), (0.1 * k, 0.0, 0.0), up=(0.0, -1.0, 0.0)) for k in range(n)]
+    nbrs = [[(i + 1) % n, (i + 3) % n] for i in range(n)]
+    scene, sel, _ = make_scene(tmp_path, poses, W, H, neighbors=nbrs)
+    stats = {1: {}, 4: {}}
+    runs = {t: fuse(scene, sel, tmp_path, stats=stats[t], cache_views=3, load_threads=t) for t in stats}
+    assert stats[1]["load_threads"] == 1 and stats[4]["load_threads"] == min(4, os.cpu_count() or 1)
+    assert len(runs[1]) == len(runs[4]) and sum(len(c.pixel) for c in runs[1]) > 0
+    for a, b in zip(runs[1], runs[4]):
+        for key in ("pixel", "xyz", "normal", "color", "support", "vis"):
+            np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
