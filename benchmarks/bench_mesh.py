@@ -64,19 +64,28 @@ def prepare(root: Path, spec: str, run_args: list[str], perfect_maps: bool = Fal
     return name, out, scene / "gt" / "eth3d" / "scan_alignment.mlp"
 
 
-def perfect_run(scene: Path, out: Path) -> None:
-    """A run folder whose geometric depth maps are the synthetic scene's ground truth."""
-    from mvs_pipeline.io.colmap_maps import write_depth_map  # noqa: PLC0415
+def perfect_run(scene: Path, out: Path, normals: bool = False) -> None:
+    """A run folder whose geometric depth maps (and with `normals`, normal maps: gt/normal/*.npy) are the
+    synthetic scene's ground truth. Images and sparse model are linked in unless OUT has them (a run's
+    load stage made them: then `mvs-pipeline run SCENE -o OUT --stages fusion` fuses the perfect maps)."""
+    from mvs_pipeline.io.colmap_maps import write_depth_map, write_normal_map  # noqa: PLC0415
     from mvs_pipeline.synth.oracle import gt_depth  # noqa: PLC0415
 
     folder = out / "stereo" / "depth_maps"
     folder.mkdir(parents=True, exist_ok=True)
+    nfolder = out / "stereo" / "normal_maps"
+    if normals:
+        nfolder.mkdir(parents=True, exist_ok=True)
     for sub, target in (("images", scene / "images"), ("sparse", scene / "sparse" / "0")):
         if not (out / sub).exists():
             (out / sub).symlink_to(target.resolve())
     for view in read_scene(out / "images", out / "sparse").views:
         depth = gt_depth(scene / "gt" / "depth", view).astype(np.float32)
-        write_depth_map(folder / f"{view.name}.geometric.bin", np.where(np.isfinite(depth), depth, 0.0), durable=False)
+        good = np.isfinite(depth) & (depth > 0)
+        write_depth_map(folder / f"{view.name}.geometric.bin", np.where(good, depth, 0.0), durable=False)
+        if normals:
+            n = np.load(scene / "gt" / "normal" / f"{Path(view.name).stem}.npy").astype(np.float32)
+            write_normal_map(nfolder / f"{view.name}.geometric.bin", np.where(good[..., None], n, 0.0), durable=False)
 
 
 def scores(ply: Path, scans, backend: str, spacing: float) -> dict:

@@ -34,10 +34,19 @@ class MeshConfig:
     # Poisson
     poisson_depth: int | None = field(default=None, metadata=meta(
         "octree depth of the Poisson solve (null = the smallest whose finest cell is at most "
-        "poisson_cell_spacings point spacings, 6..12)", "levels", (4, 14)))
+        "poisson_cell_spacings point spacings, 6..12, lowered to keep poisson_max_points)", "levels", (4, 14)))
     poisson_cell_spacings: float = field(default=1.5, metadata=meta(
         "with poisson_depth null: the finest octree cell in point spacings (the cloud's median "
         "nearest-neighbour distance); denser clouds are pooled to half a cell first", "spacings", (0.25, 100.0)))
+    # 3 M, measured (CPU, 2 shared cores, load ~5; benchmarks/bench_poisson.py): the courtyard 20 x 800x600
+    # seed 103 fused from its ground-truth maps (8.73 M points, spacing 2.9 mm, extent 31 m; the spacing
+    # rule asks for depth 13, clamped to 12, where nothing is pooled) pooled to 0.49 M points at depth 9,
+    # 1.60 M at 10, 3.44 M at 11; Open3D's solve 20.4 s at 10 and 72.6 s at 11, accuracy / F1 at 2 cm
+    # 0.954 / 0.958 (9), 0.969 / 0.966 (10), 0.981 / 0.969 (11), the cloud 0.995 / 0.959. Depth 10 meets
+    # #39's goals; 11 costs 3.6x for +0.003 F1. 3 M keeps depth 10 for up to ~1.9x this surface.
+    poisson_max_points: int | None = field(default=3_000_000, metadata=meta(
+        "with poisson_depth null: the depth is lowered until the cloud pooled to half an octree cell has at "
+        "most this many points (the solve's time grows with them; null = no cap)", "points", (1000, 10**10)))
     # 3, measured (object 10x320x240, one Poisson solve trimmed at each distance; accuracy / F1 at 2 cm,
     # the cloud's 0.977 / 0.871): 1.5 -> 0.983 / 0.861, 2 -> 0.981 / 0.866, 3 -> 0.977 / 0.870,
     # 5 -> 0.970 / 0.874, 10 -> 0.949 / 0.873: 3 keeps the cloud's accuracy; the mesh's area grows from

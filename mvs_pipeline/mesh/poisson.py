@@ -6,7 +6,16 @@ enlarged by Open3D's scale 1.1, over 2^depth) is at most `cell_spacings` times t
 point spacing (median nearest-neighbour distance, sampling/points/spacing.py), within 6..MAX_DEPTH.
 A cloud far denser than that cell is first pooled into voxels of half the cell (support-weighted
 mean positions, mean normals and colours: sampling/points/voxel_pool), as the octree cannot use
-the extra points; that bounds the solver's work on 40 x 3200x2130 clouds.
+the extra points. The depth is then lowered until that pooled cloud has at most `max_points` points
+(mesh.poisson_max_points, counted exactly: octree_points): the solve's time grows with them, and the
+spacing rule alone let a 20 x 800x600 courtyard (8.7 M points, 2.9 mm apart over 31 m) reach depth 12
+with nothing pooled, which did not finish in 150 s on the H200 machine's 16 cores. On 2 CPU cores its
+solve took 20 s at depth 10 (1.6 M pooled points) and 73 s at 11 (3.4 M), with accuracy / F1 at 2 cm
+0.969 / 0.966 and 0.981 / 0.969 (the cloud 0.995 / 0.959).
+
+Solver: Open3D. pycolmap.poisson_meshing (COLMAP's PoissonRecon, `solver="colmap"`, kept for
+benchmarks/bench_poisson.py) gave the same scores 3.3x slower at depth 10 on that cloud (68 s against 20 s)
+and 3.9x at 11 (284 s against 73 s).
 
 Confidence: Open3D 0.20 hard-codes PoissonRecon's confidence exponent to 0 (the normals' length
 is not read), and pycolmap's poisson_meshing has no confidence either; the fused points' support
@@ -37,6 +46,7 @@ log = logging.getLogger(__name__)
 
 MIN_DEPTH = 6
 MAX_DEPTH = 12
+SOLVERS = ("open3d", "colmap")
 SCALE = 1.1  # Open3D's default: the octree's cube is the bounding cube enlarged by this
 
 
@@ -56,6 +66,67 @@ def choose_depth(extent: float, spacing: float, cell_spacings: float) -> int:
         return MIN_DEPTH
     d = math.ceil(math.log2(SCALE * extent / (cell_spacings * spacing)))
     return int(min(MAX_DEPTH, max(MIN_DEPTH, d)))
+
+
+def _spread_bits(v: np.ndarray) -> np.ndarray:
+    """uint64 v < 2^21 with two zero bits after each of its bits (one axis of a Morton code)."""
+    v = v & np.uint64(0x1FFFFF)
+    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
+                        (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):
+        v = (v | (v << np.uint64(shift))) & np.uint64(mask)
+    return v
+
+
+def octree_points(xyz: np.ndarray, depths) -> dict[int, int]:
+    """{depth: the number of voxels of half that depth's octree cell that hold a point}: what the pooling
+    (pooled_for_octree, with the cloud's minimum corner as origin) would leave of xyz [N, 3] at each
+    depth (at most MAX_DEPTH). One sort of the points' Morton codes at the finest depth asked; a
+    coarser depth's voxels are those codes without their last 3 bits per level, still sorted, so each
+    further depth is one pass counting where they change (np.unique per depth: 12.4 s on an 8.7 M-point
+    cloud on 2 shared CPU cores, this 2.0 s)."""
+    depths = sorted({int(d) for d in depths}, reverse=True)
+    xyz = np.asarray(xyz, np.float64)
+    lo = xyz.min(axis=0)
+    extent = float((xyz.max(axis=0) - lo).max())
+    if extent <= 0 or len(xyz) == 0:
+        return {d: min(1, len(xyz)) for d in depths}
+    finest = depths[0]
+    c = np.floor((xyz - lo) * (2 ** (finest + 1) / (SCALE * extent))).astype(np.uint64)
+    codes = _spread_bits(c[:, 0]) | (_spread_bits(c[:, 1]) << np.uint64(1)) | (_spread_bits(c[:, 2]) << np.uint64(2))
+    del c
+    codes.sort()
+    out = {}
+    for d in depths:
+        k = codes >> np.uint64(3 * (finest - d))
+        out[d] = int(np.count_nonzero(k[1:] != k[:-1])) + 1
+    return out
+
+
+def capped_depth(xyz: np.ndarray, depth: int, max_points: int | None) -> tuple[int, dict[int, int]]:
+    """The largest depth <= `depth` (not below MIN_DEPTH) at which the cloud pooled to half a cell has at
+    most max_points points (octree_points), and the counts looked at; a cloud of at most max_points
+    points keeps `depth` without counting (None: no cap)."""
+    if max_points is None or len(xyz) <= max_points or depth <= MIN_DEPTH:
+        return depth, {}
+    counts = octree_points(xyz, range(MIN_DEPTH, depth + 1))
+    for d in range(depth, MIN_DEPTH - 1, -1):
+        if counts[d] <= max_points:
+            return d, counts
+    return MIN_DEPTH, counts
+
+
+def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None = None) -> dict:
+    """The stage's depth for a cloud (poisson_depth null): extent, spacing, the spacing rule's depth and
+    the depth after the max_points cap (capped_depth)."""
+    from ..sampling.points.spacing import estimate_spacing  # noqa: PLC0415
+
+    xyz = np.asarray(cloud.xyz, np.float64)
+    extent = float((xyz.max(axis=0) - xyz.min(axis=0)).max())
+    spacing = estimate_spacing(cloud.xyz)
+    depth = choose_depth(extent, spacing, cell_spacings)
+    capped, counts = capped_depth(xyz, depth, max_points)
+    return {"extent": round(extent, 4), "spacing": round(spacing, 6), "points": len(cloud),
+            "spacing_depth": depth, "depth": capped, "octree_points": counts}
 
 
 def pooled_for_octree(cloud: PointCloud, cell: float, backend: str) -> PointCloud:
@@ -80,9 +151,12 @@ def pooled_for_octree(cloud: PointCloud, cell: float, backend: str) -> PointClou
 
 def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: float = 1.5,
                  trim_spacings: float = 3.0, spacing: float | None = None, threads: int = -1,
-                 backend: str = "cpu") -> tuple[TriangleMesh, dict]:
-    """The trimmed screened-Poisson mesh of an oriented cloud, and counts."""
-    import open3d as o3d  # noqa: PLC0415
+                 backend: str = "cpu", solver: str = "open3d",
+                 max_points: int | None = None) -> tuple[TriangleMesh, dict]:
+    """The trimmed screened-Poisson mesh of an oriented cloud, and counts; solver: open3d or colmap
+    (pycolmap.poisson_meshing, COLMAP's PoissonRecon, through PLY files)."""
+    if solver not in SOLVERS:
+        raise MVSError(f"mesh (poisson): unknown solver {solver!r} ({', '.join(SOLVERS)})")
     from scipy.spatial import cKDTree  # noqa: PLC0415
 
     from ..sampling.points.spacing import estimate_spacing  # noqa: PLC0415
@@ -94,23 +168,22 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     extent = float((hi - lo).max())
     spacing = float(spacing) if spacing is not None else estimate_spacing(cloud.xyz)
     spacing = spacing if spacing > 0 else extent / 1000.0
-    depth = int(depth) if depth is not None else choose_depth(extent, spacing, cell_spacings)
+    spacing_depth, t_count, octree = None, 0.0, {}
+    if depth is None:
+        spacing_depth = choose_depth(extent, spacing, cell_spacings)
+        tc = time.perf_counter()
+        depth, octree = capped_depth(xyz, spacing_depth, max_points)
+        t_count = time.perf_counter() - tc
+    depth = int(depth)
     cell = SCALE * extent / 2 ** depth
     points = cloud
-    if 0.5 * cell > spacing * 1.5:   # clearly denser than the octree resolves: pool first
+    # clearly denser than the octree resolves, or the depth lowered to keep max_points: pool first
+    if 0.5 * cell > spacing * 1.5 or (spacing_depth is not None and depth < spacing_depth):
         points = pooled_for_octree(cloud, cell, backend)
-    pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(np.asarray(points.xyz, np.float64)))
-    pcd.normals = o3d.utility.Vector3dVector(np.asarray(points.normals, np.float64))
-    if points.colors is not None:
-        pcd.colors = o3d.utility.Vector3dVector(np.asarray(points.colors, np.float64) / 255.0)
-    with o3d.utility.VerbosityContextManager(o3d.utility.VerbosityLevel.Error):
-        mesh, _ = o3d.geometry.TriangleMesh.create_from_point_cloud_poisson(pcd, depth=depth, scale=SCALE,
-                                                                            n_threads=threads)
+    t_pool = time.perf_counter()
+    verts, faces, colors = (_solve_colmap if solver == "colmap" else _solve_open3d)(points, depth, threads)
     t_solve = time.perf_counter() - t0
-    verts = np.asarray(mesh.vertices)
-    faces = np.asarray(mesh.triangles, np.int64)
-    colors = (np.clip(np.asarray(mesh.vertex_colors) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-              if mesh.has_vertex_colors() else None)
+    t_solver_only = time.perf_counter() - t_pool
     raw_faces = len(faces)
     # trim: vertices farther from the cloud than trim_spacings * max(spacing, cell)
     limit = trim_spacings * max(spacing, cell)
@@ -124,8 +197,64 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
                        None if colors is None else colors[used])
     if out.num_faces == 0:
         raise MVSError("mesh (poisson): no face lies near the cloud after trimming; check the cloud's normals")
-    counts = {"mesh_poisson_depth": depth, "mesh_poisson_cell": round(cell, 6), "mesh_point_spacing": round(spacing, 6),
+    counts = {"mesh_poisson_depth": depth, "mesh_poisson_spacing_depth": spacing_depth,
+              "mesh_octree_points": octree.get(depth), "mesh_depth_count_seconds": round(t_count, 3),
+              "mesh_poisson_cell": round(cell, 6), "mesh_point_spacing": round(spacing, 6),
               "mesh_points_in": len(cloud), "mesh_points_solved": len(points), "mesh_trim_distance": round(limit, 6),
-              "mesh_faces_before_trim": int(raw_faces), "mesh_poisson_seconds": round(t_solve, 3),
+              "mesh_poisson_solver": solver, "mesh_faces_before_trim": int(raw_faces),
+              "mesh_poisson_seconds": round(t_solve, 3), "mesh_poisson_solver_seconds": round(t_solver_only, 3),
               "mesh_seconds_total": round(time.perf_counter() - t0, 3)}
     return out, counts
+
+
+def _solve_open3d(points: PointCloud, depth: int, threads: int):
+    """(vertices [V, 3] float64, faces [F, 3] int64, colours [V, 3] uint8 or None) of Open3D's solve."""
+    import open3d as o3d  # noqa: PLC0415
+
+    pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(np.asarray(points.xyz, np.float64)))
+    pcd.normals = o3d.utility.Vector3dVector(np.asarray(points.normals, np.float64))
+    if points.colors is not None:
+        pcd.colors = o3d.utility.Vector3dVector(np.asarray(points.colors, np.float64) / 255.0)
+    with o3d.utility.VerbosityContextManager(o3d.utility.VerbosityLevel.Error):
+        mesh, _ = o3d.geometry.TriangleMesh.create_from_point_cloud_poisson(pcd, depth=depth, scale=SCALE,
+                                                                            n_threads=threads)
+    colors = (np.clip(np.asarray(mesh.vertex_colors) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+              if mesh.has_vertex_colors() else None)
+    return np.asarray(mesh.vertices), np.asarray(mesh.triangles, np.int64), colors
+
+
+def _solve_colmap(points: PointCloud, depth: int, threads: int):
+    """The same from pycolmap.poisson_meshing (COLMAP's PoissonRecon; its own density trimming off:
+    trim 0), through PLY files in a temporary folder."""
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    import plyfile  # noqa: PLC0415
+    import pycolmap  # noqa: PLC0415
+
+    from ..io.mesh_ply import read_mesh_ply  # noqa: PLC0415
+
+    n = len(points)
+    fields = [(a, "<f4") for a in ("x", "y", "z", "nx", "ny", "nz")]
+    if points.colors is not None:
+        fields += [(c, "u1") for c in ("red", "green", "blue")]
+    v = np.empty(n, dtype=fields)
+    for k, a in enumerate("xyz"):
+        v[a] = points.xyz[:, k]
+        v["n" + a] = points.normals[:, k]
+    if points.colors is not None:
+        for k, c in enumerate(("red", "green", "blue")):
+            v[c] = points.colors[:, k]
+    opts = pycolmap.PoissonMeshingOptions()
+    opts.depth = int(depth)
+    opts.trim = 0.0
+    opts.color = points.colors is not None
+    opts.num_threads = int(threads)
+    with tempfile.TemporaryDirectory(prefix="mvs_poisson_") as tmp:
+        src, dst = Path(tmp) / "points.ply", Path(tmp) / "mesh.ply"
+        plyfile.PlyData([plyfile.PlyElement.describe(v, "vertex")], text=False).write(str(src))
+        pycolmap.poisson_meshing(str(src), str(dst), opts)
+        if not dst.is_file():
+            raise MVSError("mesh (poisson): pycolmap.poisson_meshing wrote no mesh")
+        mesh = read_mesh_ply(dst)
+    return mesh.vertices.astype(np.float64), mesh.faces.astype(np.int64), mesh.colors

@@ -8,7 +8,7 @@ import pytest
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.point_cloud import PointCloud
-from mvs_pipeline.mesh.poisson import choose_depth, poisson_mesh
+from mvs_pipeline.mesh.poisson import SCALE, capped_depth, choose_depth, octree_points, poisson_mesh
 
 
 def sphere_cloud(n: int, radius: float = 0.5, cap: float | None = None, seed: int = 0) -> PointCloud:
@@ -71,3 +71,61 @@ def test_bad_clouds_are_one_clear_line():
         poisson_mesh(no_normals)
     with pytest.raises(MVSError, match="empty"):
         poisson_mesh(PointCloud(xyz=np.zeros((0, 3), np.float32), normals=np.zeros((0, 3), np.float32)))
+
+
+def grid_plane(n: int, size: float = 1.0) -> np.ndarray:
+    """n x n points on a size x size square in z = 0, at the centres of its n x n squares."""
+    u = (np.arange(n) + 0.5) * (size / n)
+    x, y = np.meshgrid(u, u)
+    return np.stack([x.ravel(), y.ravel(), np.zeros(n * n)], axis=1)
+
+
+def test_octree_points_count_the_pooling_voxels():
+    xyz = grid_plane(400)                      # 2.5 mm apart; extent 0.9975 m
+    extent = float(np.ptp(xyz, axis=0).max())
+    counts = octree_points(xyz, [5, 6, 7, 8, 9])
+    for d in (5, 6, 7):                        # half cells of 17 .. 4.3 mm: several points each
+        voxel = SCALE * extent / 2 ** (d + 1)
+        per_axis = len(np.unique(np.floor((xyz[:400, 0] - xyz[0, 0]) / voxel)))
+        assert counts[d] == per_axis ** 2
+    assert counts[8] == counts[9] == 400 * 400  # 2.1 and 1.1 mm: one point each
+    assert counts[5] < counts[6] < counts[7] < counts[8]
+    assert octree_points(xyz, [7]) == {7: counts[7]}   # the same alone as below a finer depth
+
+
+def test_depth_cap_by_the_pooled_points():
+    xyz = grid_plane(400)
+    counts = octree_points(xyz, range(6, 11))
+    assert capped_depth(xyz, 10, None) == (10, {})
+    assert capped_depth(xyz, 10, 400 * 400) == (10, {})       # no more points than the cap: not counted
+    assert capped_depth(xyz, 10, counts[7]) == (7, counts)    # 8..10: one voxel a point
+    assert capped_depth(xyz, 10, counts[7] - 1)[0] == 6
+    assert capped_depth(xyz, 10, 10)[0] == 6                  # never below MIN_DEPTH
+    assert capped_depth(xyz, 5, 10)[0] == 5
+
+
+def test_a_capped_depth_still_meshes_the_sphere():
+    cloud = sphere_cloud(60000)                # 3.4 mm apart: the spacing rule's depth 8
+    free, c_free = poisson_mesh(cloud)
+    cap = octree_points(cloud.xyz, [7])[7]
+    capped, c_cap = poisson_mesh(cloud, max_points=cap)
+    assert c_free["mesh_poisson_depth"] == c_free["mesh_poisson_spacing_depth"] == 8
+    assert c_free["mesh_points_solved"] == 60000
+    assert c_cap["mesh_poisson_depth"] == 7 and c_cap["mesh_poisson_spacing_depth"] == 8
+    assert c_cap["mesh_points_solved"] == c_cap["mesh_octree_points"] == cap < 60000   # pooled to the count
+    r = np.linalg.norm(capped.vertices.astype(np.float64), axis=1)
+    assert np.abs(r - 0.5).max() < 2 * c_cap["mesh_poisson_cell"]
+    assert abs(capped.area() - np.pi) < 0.03 * np.pi
+    assert capped.num_faces < 0.5 * free.num_faces
+    _, c_fixed = poisson_mesh(cloud, depth=8, max_points=cap)   # an explicit depth is not capped
+    assert c_fixed["mesh_poisson_depth"] == 8
+
+
+def test_pycolmap_solver_gives_the_sphere_too():
+    cloud = sphere_cloud(20000)
+    mesh, counts = poisson_mesh(cloud, solver="colmap")
+    r = np.linalg.norm(mesh.vertices.astype(np.float64), axis=1)
+    assert counts["mesh_poisson_solver"] == "colmap"
+    assert np.abs(r - 0.5).max() < 2 * counts["mesh_poisson_cell"]
+    assert abs(mesh.area() - np.pi) < 0.03 * np.pi
+    assert mesh.colors is not None
