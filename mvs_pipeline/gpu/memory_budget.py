@@ -8,8 +8,8 @@ pipeline.py) instead of taking the card. The cap is the budget less two things o
 - texture arrays (the depth stage's images): their own eighth of the budget (`texture_bytes`),
   during the depth stage only (`stage_limit(textures=True)`);
 - the device memory the process holds outside the pool: the CUDA context, the loaded kernels, the
-  local memory reserved for their stacks. 1.12 GiB on the H200 at 1000 views (the 8 GiB run's
-  device-wide peak was 8.14 GiB while the pool and textures kept to 7). Measured at each stage's
+  local memory reserved for their stacks: 0.52 GiB on the H200 at 1000 views, where the 8 GiB run's
+  device-wide peak was 8.14 GiB while the pool and textures kept to 7 + 1 (ae08fae). Measured at each stage's
   start as the device's used bytes less the pool's; another process on the same GPU would be
   counted too, so at most OUTSIDE_POOL_CAP is.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..errors import MVSError
 
 TEXTURE_SHARE = 8  # the depth stage's texture cache: 1/8 of the budget, outside CuPy's pool
-OUTSIDE_POOL_CAP = 2 << 30   # bytes: a context with its kernels was 1.12 GiB on the H200; more is another process's
+OUTSIDE_POOL_CAP = 2 << 30   # bytes: a context with its kernels was 0.52 GiB on the H200; more is another process's
 MIN_POOL_SHARE = 4           # the pool keeps at least a quarter of the budget, else the budget is refused
 _budget_bytes: int | None = None
 
@@ -51,12 +51,14 @@ def stage_limit(textures: bool) -> int | None:
     # (left by earlier work in this process) would still be handed out, so the cache goes first
     pool.free_all_blocks()
     outside = outside_pool_bytes()
+    texture_share = 1 / TEXTURE_SHARE if textures else 0.0
     limit = _budget_bytes - outside - ((texture_bytes() or 0) if textures else 0)
     if limit < _budget_bytes // MIN_POOL_SHARE:
+        # the smallest budget B with B - outside - B * texture_share >= B / MIN_POOL_SHARE
+        least = outside / (1 - texture_share - 1 / MIN_POOL_SHARE)
         raise MVSError(f"--gpu-memory {_budget_bytes / 2**30:g}: {outside / 2**30:.2f} GiB of it are held outside "
-                       f"CuPy's pool (CUDA context, kernels) and {(texture_bytes() or 0) / 2**30:.2f} GiB go to "
-                       f"textures, too little is left; give at least "
-                       f"{(outside + (texture_bytes() or 0)) * 4 / 3 / 2**30 + 0.01:.2f} GiB")
+                       f"CuPy's pool (CUDA context, kernels) and {texture_share * _budget_bytes / 2**30:.2f} GiB go "
+                       f"to textures, too little is left; give at least {least / 2**30 + 0.01:.2f} GiB")
     pool.set_limit(size=limit)
     return limit
 
