@@ -94,7 +94,20 @@ def row(views: int, width: int, height: int, wall: float, rss: int, out: Path, s
         "sampling_step_s": counts.get("sampling_step_seconds"), "sampling_streamed": counts.get("sampling_streamed"),
         "gpu_free_at_start_gib": {k: round(v / GIB, 2) for k, v in counts.get("stage_gpu_free_at_start_bytes", {}).items()
                                   if v is not None},
+        # under --gpu-memory: the pool's limit per stage (the budget less the context, and the textures in depth)
+        "gpu_limit_gib": {k: round(v / GIB, 3) for k, v in counts.get("stage_gpu_limit_bytes", {}).items()},
+        # whether fusion's loop waited on its loader threads (fusion.load_threads)
+        "fusion_loads": fusion_loads(out),
     }
+
+
+def fusion_loads(out: Path) -> dict:
+    """fusion.json's loader counts: threads, the loads' seconds summed over them, the loop's wait."""
+    path = out / "stereo" / "fusion.json"
+    if not path.is_file():
+        return {}
+    counts = json.loads(path.read_text()).get("counts", {})
+    return {k: counts.get(k) for k in ("load_threads", "load_seconds", "load_wait_seconds")}
 
 
 def main(argv=None) -> int:
