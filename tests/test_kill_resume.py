@@ -10,25 +10,23 @@ the clock instead: benchmarks/bench_kill_resume.py.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mvs_pipeline.io.atomic import TMP_MARKER
+from tests.test_bad_inputs import Patched, cli
 
-ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set",
         "depth.geometric_passes=0", "--set", "depth.multi_scale=false"]
 STAGES = ["--stages", "load,views,depth,fusion,sampling"]
 OUTPUTS = ("fused.ply", "fused.ply.vis", "fused_fps.ply")
 
 # Python run in the killed process before the CLI's main: SIGKILL at the named point
-KILL_IN_FUSION = """
+KILL_IN_FUSION = Patched("""
 import os, signal
 import mvs_pipeline.fusion.stage as fusion_stage
 _load, _calls = fusion_stage.load_view, []
@@ -38,8 +36,8 @@ def load_view(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return _load(*args, **kwargs)
 fusion_stage.load_view = load_view
-"""
-KILL_IN_SAMPLING = """
+""")
+KILL_IN_SAMPLING = Patched("""
 import os, signal
 _replace = os.replace
 def replace(src, dst, *args, **kwargs):
@@ -47,14 +45,11 @@ def replace(src, dst, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return _replace(src, dst, *args, **kwargs)
 os.replace = replace
-"""
+""")
 
 
-def cli(scene: Path, out: Path, before_main: str = "") -> subprocess.CompletedProcess:
-    code = f"{before_main}\nimport sys\nfrom mvs_pipeline.cli import main\nsys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, "-q", "run", str(scene), "-o", str(out), *FAST, *STAGES],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=600)
+def run(scene: Path, out: Path, *before_main: Patched, stages: list[str] = STAGES) -> subprocess.CompletedProcess:
+    return cli(*before_main, "run", scene, "-o", out, *FAST, *stages, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +60,7 @@ def scene(synth_scene_factory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(scene, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("kill") / "whole"
-    proc = cli(scene, out)
+    proc = run(scene, out)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -74,9 +69,7 @@ def uninterrupted(scene, tmp_path_factory) -> Path:
 def after_depth(scene, tmp_path_factory) -> Path:
     """A run folder after the depth stage: what a run killed as fusion starts has."""
     out = tmp_path_factory.mktemp("kill") / "after_depth"
-    proc = subprocess.run([sys.executable, "-m", "mvs_pipeline", "-q", "run", str(scene), "-o", str(out), *FAST,
-                           "--stages", "load,views,depth"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=600)
+    proc = run(scene, out, stages=["--stages", "load,views,depth"])
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -89,13 +82,13 @@ def test_killed_run_resumes_to_the_same_clouds(scene, uninterrupted, after_depth
                                                 absent):
     out = tmp_path / "out"
     shutil.copytree(after_depth, out)
-    killed = cli(scene, out, before_main)
+    killed = run(scene, out, before_main)
     assert killed.returncode == -signal.SIGKILL, (where, killed.returncode, killed.stderr)
     for name in absent:
         assert not (out / name).exists(), f"{name} exists after a kill in {where}"
     if where == "sampling":   # fusion had finished: its cloud is kept, the same bytes
         assert (out / "fused.ply").read_bytes() == (uninterrupted / "fused.ply").read_bytes()
-    rerun = cli(scene, out)
+    rerun = run(scene, out)
     assert rerun.returncode == 0, rerun.stderr
     for name in OUTPUTS:
         assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), f"{name} after a kill in {where}"

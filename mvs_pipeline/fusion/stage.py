@@ -252,7 +252,7 @@ def ignored_pixels(counts: dict) -> dict[str, int]:
 
 class _ViewCache:
     def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, stats: dict, load=load_view, threads: int = 8):
+                 prefetch: int, threads: int, stats: dict, load=load_view):
         self.engine = engine
         self.load = load   # inputs -> HostView (load_view with the config's pixel filters)
         self.inputs = inputs
