@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     cloud = read_ply(args.run / "fused.ply")
     row = {"run": str(args.run), "points": len(cloud), "read_seconds": round(time.perf_counter() - t0, 3)}
-    row["rule"] = rule_depth(cloud, cfg.poisson_cell_spacings, cfg.poisson_max_points)
     if args.cloud:
+        row["rule"] = rule_depth(cloud, cfg.poisson_cell_spacings, cfg.poisson_max_points)
         if args.gt:
             row["cloud_scores"] = scores(args.run / "fused.ply", load_scans(args.gt), "cpu", args.sample_spacing)
     else:

@@ -115,18 +115,22 @@ def capped_depth(xyz: np.ndarray, depth: int, max_points: int | None) -> tuple[i
     return MIN_DEPTH, counts
 
 
-def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None = None) -> dict:
-    """The stage's depth for a cloud (poisson_depth null): extent, spacing, the spacing rule's depth and
-    the depth after the max_points cap (capped_depth)."""
+def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None = None,
+               spacing: float | None = None) -> dict:
+    """The stage's depth for a cloud (poisson_depth null): its extent, its spacing (as given, else
+    estimated; extent / 1000 where it comes out 0), the spacing rule's depth, the depth after the
+    max_points cap (capped_depth), the counts the cap looked at and the seconds it took."""
     from ..sampling.points.spacing import estimate_spacing  # noqa: PLC0415
 
     xyz = np.asarray(cloud.xyz, np.float64)
     extent = float((xyz.max(axis=0) - xyz.min(axis=0)).max())
-    spacing = estimate_spacing(cloud.xyz)
+    spacing = float(spacing) if spacing is not None else estimate_spacing(cloud.xyz)
+    spacing = spacing if spacing > 0 else extent / 1000.0
     depth = choose_depth(extent, spacing, cell_spacings)
+    t0 = time.perf_counter()
     capped, counts = capped_depth(xyz, depth, max_points)
-    return {"extent": round(extent, 4), "spacing": round(spacing, 6), "points": len(cloud),
-            "spacing_depth": depth, "depth": capped, "octree_points": counts}
+    return {"extent": extent, "spacing": spacing, "points": len(cloud), "spacing_depth": depth, "depth": capped,
+            "octree_points": counts, "count_seconds": time.perf_counter() - t0}
 
 
 def pooled_for_octree(cloud: PointCloud, cell: float, backend: str) -> PointCloud:
@@ -159,22 +163,13 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
         raise MVSError(f"mesh (poisson): unknown solver {solver!r} ({', '.join(SOLVERS)})")
     from scipy.spatial import cKDTree  # noqa: PLC0415
 
-    from ..sampling.points.spacing import estimate_spacing  # noqa: PLC0415
-
     check_cloud(cloud, "mesh (poisson)")
     t0 = time.perf_counter()
-    xyz = np.asarray(cloud.xyz, np.float64)
-    lo, hi = xyz.min(axis=0), xyz.max(axis=0)
-    extent = float((hi - lo).max())
-    spacing = float(spacing) if spacing is not None else estimate_spacing(cloud.xyz)
-    spacing = spacing if spacing > 0 else extent / 1000.0
-    spacing_depth, t_count, octree = None, 0.0, {}
-    if depth is None:
-        spacing_depth = choose_depth(extent, spacing, cell_spacings)
-        tc = time.perf_counter()
-        depth, octree = capped_depth(xyz, spacing_depth, max_points)
-        t_count = time.perf_counter() - tc
-    depth = int(depth)
+    # an explicit depth is never capped (max_points None: nothing counted)
+    rule = rule_depth(cloud, cell_spacings, max_points if depth is None else None, spacing)
+    extent, spacing, octree, t_count = rule["extent"], rule["spacing"], rule["octree_points"], rule["count_seconds"]
+    spacing_depth = rule["spacing_depth"] if depth is None else None
+    depth = rule["depth"] if depth is None else int(depth)
     cell = SCALE * extent / 2 ** depth
     points = cloud
     # clearly denser than the octree resolves, or the depth lowered to keep max_points: pool first
