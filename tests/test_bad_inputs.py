@@ -24,6 +24,7 @@ import plyfile
 import pytest
 
 from mvs_pipeline.io.folder_lock import LOCK_NAME
+from tests.child_env import child_env
 from tests.tiny_model import write_colmap_project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ class Patched(str):
 
 
 def cli(*args, timeout: float = 180, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     start = [sys.executable, "-m", "mvs_pipeline"]
     if args and isinstance(args[0], Patched):
         start = [sys.executable, "-c", f"{args[0]}\nimport sys\nfrom mvs_pipeline.cli import main\nsys.exit(main())"]
@@ -489,7 +490,7 @@ def test_leftovers_of_kill9_are_removed(tmp_path, prepared):
             "    tmp.write_bytes(b'half')\n"
             "    os.kill(os.getpid(), signal.SIGKILL)\n")
     for target in (out / "stereo" / "views.json", out / "run.json"):
-        subprocess.run([sys.executable, "-c", code, str(target)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run([sys.executable, "-c", code, str(target)], cwd=ROOT, env=child_env())
     leftovers = sorted(p for p in out.rglob(".*") if p.is_file() and p.name != LOCK_NAME)   # the run's lock stays
     assert len(leftovers) == 2, leftovers
     proc = cli("run", "unused-workspace", "-o", out, "--stages", "views", *CPU)
@@ -501,7 +502,7 @@ def test_leftovers_of_kill9_are_removed(tmp_path, prepared):
 def test_signal_exits_with_one_line(tmp_path, pristine, sig, rc):
     """SIGTERM/Ctrl-C during the depth stage: exit 128 + signal, one line that says what was kept."""
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     proc = subprocess.Popen([sys.executable, "-m", "mvs_pipeline", "run", pristine, "-o", out,
                              "--stages", "load,views,depth", *CPU], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -7,7 +7,6 @@ maps, images/ and sparse/) and `poisson_meshing` on COLMAP's cloud.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 import plyfile
 import pycolmap
 from scipy.spatial import cKDTree
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1",
@@ -30,7 +30,7 @@ def read_xyz(path: Path) -> np.ndarray:
 def test_colmap_fuses_and_meshes_our_workspace(tmp_path, synth_scene_factory):
     scene = synth_scene_factory("object", views=6, width=200, height=150)
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     proc = subprocess.run([sys.executable, "-m", "mvs_pipeline", "-q", "run", str(scene), "-o", str(out),
                            "--stages", "load,views,depth,fusion", *FAST], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)

@@ -5,7 +5,6 @@ starts that only where it fills an idle core (CPU backend, depth twin not yet ca
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from mvs_pipeline import compile_ahead
 from mvs_pipeline.cli import main
+from tests.child_env import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set", "depth.geometric_passes=1",
@@ -48,8 +48,7 @@ print(json.dumps({"hits": hits, "misses": misses}))
 
 
 def _env(cache: Path) -> dict:
-    return {**os.environ, "NUMBA_CACHE_DIR": str(cache),
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return child_env(NUMBA_CACHE_DIR=str(cache))
 
 
 @pytest.mark.slow   # compiles the twins of three stages into an empty cache: ~20 s on 2 cores

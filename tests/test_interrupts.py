@@ -1,13 +1,14 @@
 """A signal that lands inside a weakref callback (where Python can only print the exception) still
 stops the command, and nothing is printed."""
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ with interrupt_handling():
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "Interrupted"), (signal.SIGINT, "KeyboardInterrupt")])
 def test_signal_inside_a_weakref_callback_is_delivered_again(sig, name):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(int(sig))], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+                          env=child_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["interrupted", str(int(sig)), "in", name]
     assert proc.stderr == ""
@@ -56,6 +57,6 @@ def test_other_unraisable_exceptions_are_still_printed():
             "def cb(_r): raise ValueError('from a callback')\n"
             "with interrupt_handling():\n    t = T(); r = weakref.ref(t, cb); del t\n    print('went on')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+                          env=child_env(), timeout=120)
     assert proc.stdout.strip() == "went on"
     assert "ValueError: from a callback" in proc.stderr

@@ -29,6 +29,7 @@ from mvs_pipeline.errors import MVSError  # noqa: E402
 from mvs_pipeline.io.ply import read_ply  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 from mvs_pipeline.views.stage import select_and_write  # noqa: E402
+from tests.child_env import child_env  # noqa: E402
 
 SETTINGS = ["backend=cpu", "patchmatch.iterations=1", "depth.geometric_passes=1", "depth.multi_scale=false"]
 FAST = ["-c", "small", *[a for s in SETTINGS for a in ("--set", s)]]
@@ -49,7 +50,7 @@ def single(scene, tmp_path_factory) -> Path:
             f"rc = main({['-q', 'run', str(scene), '-o', str(out), *FAST, *STAGES]!r}); "
             "assert rc == 0; bad = [m for m in ('dask', 'distributed') if m in sys.modules]; "
             "assert not bad, f'imported without --cluster: {bad}'")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = child_env()
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=600)
     return out
 
@@ -233,7 +234,7 @@ def test_local_workers_share_the_cores_unless_pinned(monkeypatch):
 def test_dask_logs_only_its_warnings_unless_verbose(scene, tmp_path):
     """The command's own output on --cluster: Dask's INFO lines (scheduler, nanny, client) show with
     -v only. In a fresh interpreter, where the CLI configures logging itself (not pytest)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = child_env()
     command = [sys.executable, "-m", "mvs_pipeline", "run", str(scene), "-o", str(tmp_path / "out"), *FAST,
                "--stages", "load,views,depth", "--cluster", "local", "--set", "cluster.workers=1"]
     quiet = subprocess.run([*command[:3], "-q", *command[3:]], capture_output=True, text=True, env=env, timeout=600)
