@@ -71,6 +71,9 @@ class RunContext:
     # called as the depth stage starts (ctx, stages), returns what ends it at the end of the run (or
     # None): commands/run.py compiles the later stages' CPU twins in the background (compile_ahead.py)
     before_depth: Callable | None = None
+    # evaluation/depth_job.py's comparison of the depth maps with GT, started as the depth stage ends
+    # (_start_early_evaluation); the evaluate stage takes its result
+    early_depth_metrics: object = None
 
     @property
     def backend(self) -> str:
@@ -372,6 +375,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
+            if name == "depth" and "evaluate" in stages:
+                _start_early_evaluation(ctx, stack)
             if ctx.cluster is not None and name == last_cluster_stage:   # no later stage uses it:
                 ctx.cluster.begin_close()                                # it shuts down while they run
             if name == "load":  # resolved as soon as the scene exists, so a load-only run records them too
@@ -398,6 +403,17 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                        f"backend=cpu (slower) or a smaller max_image_size"
                        f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
+
+
+def _start_early_evaluation(ctx: RunContext, stack: contextlib.ExitStack) -> None:
+    """Compare the depth maps with GT beside fusion and sampling where that overlaps (evaluation/depth_job.py);
+    the run's end stops the comparison if the evaluate stage never came to take it."""
+    from .evaluation.depth_job import start_early  # noqa: PLC0415
+
+    early = start_early(ctx.cfg.evaluate, ctx.out_dir, ctx.workspace, ctx.backend, ctx.cfg.gpu_memory, ctx.overwrite)
+    if early is not None:
+        ctx.early_depth_metrics = early
+        stack.callback(early.stop)
 
 
 def _reset_host_peak() -> None:

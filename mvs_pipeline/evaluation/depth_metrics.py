@@ -240,8 +240,13 @@ def preview_error_image(pred: np.ndarray, gt: np.ndarray, max_width: int = ERROR
 ERROR_IMAGE_MODES = ("previews", "all")
 
 
+class DepthMetricsStopped(Exception):
+    """evaluate_run_depths was asked to stop (its `stop` event) before it compared every view."""
+
+
 def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, names=None,
-                        error_images: str = "all", preview_views: int = 12, backend: str = "cpu") -> dict:
+                        error_images: str = "all", preview_views: int = 12, backend: str = "cpu",
+                        stop=None) -> dict:
     """Compare RUN/stereo/depth_maps with GT maps in gt_dir; return {"images": {...}, "overall": {...},
     "histograms": {...}}. ETH3D raw GT needs `gt_cameras` (its distorted calibration folder) and is
     resampled into the run's (undistorted) cameras.
@@ -249,7 +254,8 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     Into `error_image_dir` (if given): with error_images "all" every view's full-size error image,
     with "previews" only the first `preview_views` views in name order (the ones the report shows),
     downscaled to <= ERROR_IMAGE_MAX_WIDTH px wide. `backend` (auto, cuda, cpu) computes the maps'
-    statistics with CuPy or NumPy."""
+    statistics with CuPy or NumPy. `stop` (a threading.Event), once set, ends the comparison at the
+    next view with DepthMetricsStopped (depth_job.py runs it beside other stages)."""
     if error_images not in ERROR_IMAGE_MODES:
         raise MVSError(f"error_images = {error_images!r}: expected one of {', '.join(ERROR_IMAGE_MODES)}")
     xp = np
@@ -287,6 +293,10 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
         loading = [load(i) for i in range(min(READ_AHEAD, len(names)))]
         written = []
         for i, name in enumerate(names):
+            if stop is not None and stop.is_set():
+                for fut in loading[i:]:
+                    fut.cancel()
+                raise DepthMetricsStopped(f"{run_dir}: the depth maps' comparison stopped at view {i} of {len(names)}")
             pair, on_device = loading[i].result()
             if i + READ_AHEAD < len(names):
                 loading.append(load(i + READ_AHEAD))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,33 +24,20 @@ import numpy as np
 from ..errors import MVSError
 from ..gpu.backend import resolve_backend
 from ..io.atomic import atomic_write_text
-from ..io.file_stamps import tree_stamps
+from .depth_job import depth_job, find_gt_depth, job_inputs, reusable  # noqa: F401 (find_gt_depth: callers' name)
 from .jsonutil import to_json
 
 log = logging.getLogger(__name__)
 
-# Where ground truth usually lies inside a workspace: our synthetic scenes, then ETH3D's layout.
+# Where the ETH3D ground truth usually lies inside a workspace: our synthetic scenes, then ETH3D's layout
+# (the GT depth maps' places: depth_job.py).
 MLP_CANDIDATES = ("gt/eth3d/scan_alignment.mlp", "dslr_scan_eval/scan_alignment.mlp")
-DEPTH_GT_CANDIDATES = ("gt/depth", "gt/depth_maps", "ground_truth_depth/dslr_images")
-ETH3D_DISTORTED_CALIBRATION = "dslr_calibration_jpg"
 
 
 def find_gt_mlp(workspace: Path | None) -> Path | None:
     if workspace is None:
         return None
     return next((Path(workspace) / c for c in MLP_CANDIDATES if (Path(workspace) / c).is_file()), None)
-
-
-def find_gt_depth(workspace: Path | None) -> tuple[Path | None, Path | None]:
-    """(GT depth folder, distorted calibration folder for ETH3D raw maps or None)."""
-    if workspace is None:
-        return None, None
-    for c in DEPTH_GT_CANDIDATES:
-        d = Path(workspace) / c
-        if d.is_dir():
-            calib = Path(workspace) / ETH3D_DISTORTED_CALIBRATION
-            return d, (calib if c.startswith("ground_truth_depth") and calib.is_dir() else None)
-    return None, None
 
 
 def _stamp(path: Path) -> dict:
@@ -63,22 +51,9 @@ def _read_json(path: Path):
     return json.loads(path.read_text())
 
 
-def _reusable(json_path: Path, inputs: dict) -> bool:
-    """Whether `json_path` holds a result made from `inputs` (compared as JSON: lists, not tuples)."""
-    import json  # noqa: PLC0415
-
-    if not json_path.is_file():
-        return False
-    try:
-        old = _read_json(json_path)
-    except ValueError:
-        return False
-    return isinstance(old, dict) and old.get("inputs") == json.loads(json.dumps(inputs))
-
-
 def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path | None = None,
                  backend: str = "auto", overwrite: bool = False, depth_gt: Path | None = None,
-                 make_report: bool | None = None) -> dict:
+                 make_report: bool | None = None, early=None) -> dict:
     """Evaluate what the run folder holds; returns {"eth3d": {cloud: result}, "depth": ..., "report": path}.
 
     `cfg` is the EvaluateConfig section (tolerances, voxel_size, beam_start_radius,
@@ -86,6 +61,8 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     report_render_points). make_report (default cfg.report) writes OUT/report.{html,json}; a
     pipeline that writes run.json after its stages should pass False and call
     `write_final_report(cfg, out_dir)` after run.json, so the report shows this run's timings.
+    `early`: the depth maps' comparison the pipeline started after the depth stage (depth_job.py),
+    whose result is taken when it was made from the same inputs.
     """
     from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
 
@@ -95,28 +72,31 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     gt_mlp = Path(gt_mlp) if gt_mlp is not None else find_gt_mlp(workspace)
     on_device = resolve_backend(backend) == "cuda"
     depth_work = None
-    if cfg.depth_metrics:
-        gt_dir, calib = (Path(depth_gt), None) if depth_gt is not None else find_gt_depth(workspace)
-        if gt_dir is not None and (out_dir / "stereo" / "depth_maps").is_dir():
-            def compare_depth_maps() -> None:
-                # reused while the maps, the GT files and the settings are those it was made from: a
-                # resumed run read every map and GT map again (2.3 s at 300 views of 1024x768 on the H200)
-                inputs = {"depth_maps": tree_stamps(out_dir / "stereo" / "depth_maps", "*.bin"),
-                          "gt": str(Path(gt_dir).resolve()), "gt_files": tree_stamps(gt_dir),
-                          "gt_cameras": None if calib is None else str(Path(calib).resolve()),
-                          "error_images": cfg.error_images, "preview_views": cfg.report_max_views}
-                json_path = eval_dir / "depth.json"
-                if not overwrite and _reusable(json_path, inputs):
-                    log.info("evaluate: %s is up to date", json_path)
-                    summary["depth"] = _read_json(json_path)["overall"]
-                    return
+    job = depth_job(cfg, out_dir, workspace, depth_gt)
+    if job is not None:
+        gt_dir, calib = job
+
+        def compare_depth_maps() -> None:
+            inputs = job_inputs(cfg, out_dir, gt_dir, calib)
+            json_path = eval_dir / "depth.json"
+            if not overwrite and reusable(json_path, inputs):
+                log.info("evaluate: %s is up to date", json_path)
+                summary["depth"] = _read_json(json_path)["overall"]
+                return
+            t0 = time.perf_counter()
+            depth = early.result_for(inputs) if early is not None else None
+            if depth is not None:   # compared beside fusion and sampling (depth_job.py): only the previews left
+                summary["depth_early"] = {"wait_seconds": round(time.perf_counter() - t0, 3),
+                                          "seconds": round(early.seconds, 3)}
+                _write_error_previews(cfg, out_dir, gt_dir, calib, depth, backend)
+            else:
                 depth = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=eval_dir / "depth_errors",
                                             error_images=cfg.error_images, preview_views=cfg.report_max_views,
                                             backend=backend)
-                atomic_write_text(json_path, to_json({**depth, "inputs": inputs}))
-                summary["depth"] = depth["overall"]
+            atomic_write_text(json_path, to_json({**depth, "inputs": inputs}))
+            summary["depth"] = depth["overall"]
 
-            depth_work = compare_depth_maps
+        depth_work = compare_depth_maps
 
     # The depth maps are compared while the first cloud is read (issue 21: at 40 x 3200x2130 the
     # maps took 2.3 s and each cloud ~1 s to read on the H100 machine). Not while clouds are
@@ -128,6 +108,18 @@ def evaluate_run(cfg, out_dir: Path, gt_mlp: Path | None = None, workspace: Path
     if cfg.report if make_report is None else make_report:
         summary["report"] = str(write_final_report(cfg, out_dir))
     return summary
+
+
+def _write_error_previews(cfg, out_dir: Path, gt_dir: Path, calib: Path | None, depth: dict, backend: str) -> None:
+    """The error previews evaluate_run_depths writes for the report's first views by name, for a
+    comparison made without them (depth_job.py): the same views (those with GT among the first
+    report_max_views maps by name), compared once more."""
+    from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
+
+    names = sorted([*depth["images"], *depth["skipped"]])[:max(cfg.report_max_views, 0)]
+    if any(n in depth["images"] for n in names):
+        evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=out_dir / "eval" / "depth_errors",
+                            names=names, error_images="previews", preview_views=len(names), backend=backend)
 
 
 def _clouds_to_score(cfg, out_dir: Path, gt_mlp: Path | None, overwrite: bool) -> list[tuple[str, Path, dict]]:
@@ -146,7 +138,7 @@ def _clouds_to_score(cfg, out_dir: Path, gt_mlp: Path | None, overwrite: bool) -
             continue
         inputs = {"cloud": _stamp(ply), "gt": _stamp(gt_mlp), **settings}
         json_path = out_dir / "eval" / f"eth3d_{cloud}.json"
-        if not overwrite and _reusable(json_path, inputs):
+        if not overwrite and reusable(json_path, inputs):
             log.info("evaluate: %s is up to date", json_path)
             continue
         todo.append((cloud, ply, inputs))
@@ -215,7 +207,7 @@ def _mask_scores(cfg, out_dir: Path, backend: str, overwrite: bool) -> dict:
             continue
         inputs = {"cloud": _stamp(ply), "masks": str(mask_dir.resolve())}
         json_path = out_dir / "eval" / f"masks_{cloud}.json"
-        if not overwrite and _reusable(json_path, inputs):
+        if not overwrite and reusable(json_path, inputs):
             continue
         cameras = cameras if cameras is not None else cameras_from_model(out_dir / "sparse")
         res = mask_metrics(read_ply(ply).xyz, cameras, mask_dir, xp=xp)
@@ -239,6 +231,9 @@ def run(ctx) -> None:
     """The pipeline's `evaluate` stage: `ctx` is pipeline.RunContext. The report is written by the
     pipeline after run.json, so that it shows this run's timings (write_final_report)."""
     summary = evaluate_run(ctx.cfg.evaluate, ctx.out_dir, gt_mlp=ctx.gt, workspace=ctx.workspace,
-                           backend=ctx.backend, overwrite=ctx.overwrite, make_report=False)
+                           backend=ctx.backend, overwrite=ctx.overwrite, make_report=False,
+                           early=ctx.early_depth_metrics)
+    if "depth_early" in summary:
+        ctx.counts["evaluate_depth_early"] = summary["depth_early"]
     for cloud, scores in summary.get("eth3d", {}).items():
         ctx.counts[f"f1_{cloud}"] = scores["f1"]
