@@ -87,7 +87,7 @@ class EarlyDepthMetrics:
         t0 = time.perf_counter()
         try:
             result = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=None,
-                                         backend=backend, stop=self._stop)
+                                         backend=backend, stop=self._stop, own_stream=True)
         except BaseException as exc:  # noqa: BLE001 (handed to the evaluate stage, which raises it)
             self.seconds = time.perf_counter() - t0
             self._future.set_exception(exc)
@@ -120,7 +120,7 @@ def start_early(cfg, out_dir: Path, workspace: Path | None, backend: str, gpu_bu
     """The comparison started in a thread, or None where it would not overlap (module docstring), where
     there is nothing to compare or where eval/depth.json is current (the evaluate stage reuses it).
     `cfg` is the EvaluateConfig section."""
-    if backend != "cuda" or gpu_budget is not None or cfg.error_images != "previews":
+    if not cfg.depth_metrics_early or backend != "cuda" or gpu_budget is not None or cfg.error_images != "previews":
         return None
     job = depth_job(cfg, out_dir, workspace)
     if job is None:

@@ -19,6 +19,7 @@ view at full size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -246,7 +247,7 @@ class DepthMetricsStopped(Exception):
 
 def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, names=None,
                         error_images: str = "all", preview_views: int = 12, backend: str = "cpu",
-                        stop=None) -> dict:
+                        stop=None, own_stream: bool = False) -> dict:
     """Compare RUN/stereo/depth_maps with GT maps in gt_dir; return {"images": {...}, "overall": {...},
     "histograms": {...}}. ETH3D raw GT needs `gt_cameras` (its distorted calibration folder) and is
     resampled into the run's (undistorted) cameras.
@@ -255,7 +256,9 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     with "previews" only the first `preview_views` views in name order (the ones the report shows),
     downscaled to <= ERROR_IMAGE_MAX_WIDTH px wide. `backend` (auto, cuda, cpu) computes the maps'
     statistics with CuPy or NumPy. `stop` (a threading.Event), once set, ends the comparison at the
-    next view with DepthMetricsStopped (depth_job.py runs it beside other stages)."""
+    next view with DepthMetricsStopped (depth_job.py runs it beside other stages). `own_stream`: with
+    CuPy, uploads and statistics on a non-blocking stream of their own, so that their waits for the GPU
+    (three a view) do not wait for another thread's work on the default stream, nor its waits for theirs."""
     if error_images not in ERROR_IMAGE_MODES:
         raise MVSError(f"error_images = {error_images!r}: expected one of {', '.join(ERROR_IMAGE_MODES)}")
     xp = np
@@ -280,13 +283,18 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
     # them with CuPy, and error images written in others, while this thread runs the statistics on
     # the device: one view after the other, 40 views of 3200x2130 took 2.3 s on the H100 machine
     # (issue 21). The histograms are added up on the device and downloaded once (acc.to_host).
+    stream = xp.cuda.Stream(non_blocking=True) if own_stream and xp is not np else None
+
     def read(i: int):
         pair = _load_pair(run_dir, gt_dir, names[i], preds[names[i]], src_cams, dst_cams)
         if pair is None or xp is np:
             return pair, pair
+        if stream is not None:
+            stream.use()   # this pool's threads upload on it (their current stream: thread-local)
         return pair, (xp.asarray(pair[0]), xp.asarray(pair[1]))   # float32 as read: half the bytes of float64
 
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as readers, ThreadPoolExecutor(max_workers=2) as writers:
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as readers, ThreadPoolExecutor(max_workers=2) as writers, \
+            (stream if stream is not None else contextlib.nullcontext()):
         def load(i: int):
             return readers.submit(read, i)
 
@@ -315,12 +323,12 @@ def evaluate_run_depths(run_dir, gt_dir, gt_cameras=None, error_image_dir=None, 
                 written.append(writers.submit(lambda png=png, make=make, pred=pred, gt=gt: write_png(png, make(pred, gt))))
         for fut in written:
             fut.result()  # re-raises a failed write
+        acc.to_host()   # the histograms' download, still on the stream that added them
     if not images:
         raise MVSError(f"{gt_dir}: no GT depth map matches any of the {len(preds)} depth maps of {run_dir} "
                        f"(looked for e.g. {_gt_candidates(gt_dir, next(iter(preds)))[0].name})")
     if skipped:
         log.warning("%d depth map(s) have no GT and were skipped: %s", len(skipped), ", ".join(skipped[:5]))
-    acc.to_host()
     return {"images": images, "overall": acc.result(), "skipped": skipped,
             "histograms": {"edges": PLOT_EDGES.tolist(), "abs": acc.plot_abs.tolist(), "rel": acc.plot_rel.tolist()}}
 

@@ -38,6 +38,11 @@ class EvaluateConfig:
         "mask precision and coverage into OUT/eval/masks_<cloud>.json (null = no mask metrics)"))
     depth_metrics: bool = field(default=True, metadata=meta(
         "compare depth maps with GT depth maps when the workspace has them (gt/depth, ground_truth_depth)"))
+    # Decided by measurement (issue #36): a second reader beside fusion slowed fusion more than it saved
+    # when it shared CuPy's default stream (d96d387, reverted); now on a stream of its own (depth_job.py).
+    depth_metrics_early: bool = field(default=True, metadata=meta(
+        "on the GPU without a --gpu-memory budget: compare the depth maps with GT in a thread as soon as the "
+        "depth stage ends, beside fusion and sampling (the same numbers; false = in the evaluate stage)"))
     # Full-size error images of every view cost more than the metrics at ETH3D size (issue 21).
     error_images: Literal["previews", "all"] = field(default="previews", metadata=meta(
         "depth error images in OUT/eval/depth_errors/: previews = the report's previewed views "

@@ -126,6 +126,7 @@ def test_its_error_is_the_stage_error(run):
     ("cuda", 8.0, [], False),                               # the budget's pool limit leaves no room
     ("cuda", None, ["evaluate.error_images=all"], False),   # every view's image: the stage writes them
     ("cuda", None, ["evaluate.depth_metrics=false"], False),
+    ("cuda", None, ["evaluate.depth_metrics_early=false"], False),   # in the evaluate stage, as asked
 ])
 def test_when_it_starts(run, monkeypatch, backend, budget, sets, started):
     made = []
