@@ -74,6 +74,10 @@ class RunContext:
     # evaluation/depth_job.py's comparison of the depth maps with GT, started as the depth stage ends
     # (_start_early_evaluation); the evaluate stage takes its result
     early_depth_metrics: object = None
+    # fusion/trailing.py's fusion beside the depth stage (_start_trailing_fusion) and the gate the depth
+    # stage tells which final maps are written (compute_depth_maps' final_maps)
+    trailing_fusion: object = None
+    final_maps: object = None
 
     @property
     def backend(self) -> str:
@@ -363,6 +367,9 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                 if end is not None:
                     stack.callback(end)
             log.info("stage %s ...", name)
+            if name == "fusion" and _take_trailing_fusion(ctx, timings, started, t0):
+                done.append(name)
+                continue
             # load uses no GPU, and the backend may still be starting (backend_start.py) as it runs; the
             # depth warm-up's few MB may still come and go during views, which are counted there
             pool = _reset_gpu_pool(ctx.backend) if name != "load" else None
@@ -373,6 +380,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             # fingerprints: redo the stage (and so the later ones) when what it reads changed
             chain = fingerprints.before_stage(ctx, name)
             check_stage_space(ctx, name)  # a full disk fails here, not after the stage's work
+            if name == "depth" and "fusion" in stages:
+                _start_trailing_fusion(ctx, stack)
             STAGE_RUNNERS[name](ctx)
             fingerprints.after_stage(ctx, name, chain)
             if name == "depth" and "evaluate" in stages:
@@ -403,6 +412,65 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
                        f"backend=cpu (slower) or a smaller max_image_size"
                        f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
+
+
+# Where fusion runs beside the depth stage: on the GPU, whose depth stage leaves the CPU cores mostly idle.
+# On the CPU both stages' Numba loops use every core (the tests add "cpu" to check the same outputs).
+TRAILING_BACKENDS = ("cuda",)
+
+
+def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None:
+    """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
+    budget, no --cluster, fusion.during_depth, maps of the final pass's type, nothing fused yet. The
+    run's end releases it if the depth stage never wrote what it waits for."""
+    from .fusion.stage import output_paths  # noqa: PLC0415
+    from .fusion.trailing import TrailingFusion  # noqa: PLC0415
+
+    cfg = ctx.cfg
+    final_type = "geometric" if cfg.depth.geometric_passes > 0 else "photometric"
+    if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.cluster_wanted \
+            or cfg.fusion.map_type not in ("auto", final_type) or any(p.exists() for p in output_paths(ctx.out_dir)):
+        return
+    trailing = TrailingFusion(cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
+                              final_type)
+    ctx.trailing_fusion, ctx.final_maps = trailing, trailing.gate
+    stack.callback(trailing.stop, "the run ended")
+    log.info("fusion: fusing beside the depth stage, each view once its final maps are written")
+    trailing.start()
+
+
+def _take_trailing_fusion(ctx: RunContext, timings: dict, started: float, t0: float) -> bool:
+    """After the depth stage: the trailing fusion's outputs as the fusion stage's, with its
+    fingerprint, when it finished and fused the maps the depth stage left (the views and map type
+    find_inputs now finds); else False, and fusion runs as usual (its fingerprint check removes
+    anything the trailing fusion left)."""
+    trailing = ctx.trailing_fusion
+    if trailing is None:
+        return False
+    ctx.trailing_fusion, ctx.final_maps = None, None
+    counts = trailing.result()
+    if counts is None:
+        return False
+    from .fusion.inputs import find_inputs  # noqa: PLC0415
+    from .fusion.stage import record_counts  # noqa: PLC0415
+
+    cfg = ctx.cfg.fusion
+    inputs, map_type = find_inputs(ctx.require_scene(), ctx.out_dir / "stereo", cfg.map_type, cfg.mask_dir)
+    found = [i for i, inp in enumerate(inputs) if inp is not None]
+    if map_type != trailing.gate.map_type or found != sorted(trailing.gate.views()):
+        log.warning("fusion: the depth stage left other maps (%s, %d views) than the fusion beside it fused "
+                    "(%s, %d views); fusing again", map_type, len(found), trailing.gate.map_type,
+                    len(trailing.gate.views()))
+        return False
+    chain = fingerprints.stage_chain("fusion", ctx)
+    record_counts(ctx, counts)
+    fingerprints.after_stage(ctx, "fusion", chain)
+    ctx.counts["fusion_beside_depth_seconds"] = round(trailing.seconds, 3)
+    timings["fusion"] = round(time.perf_counter() - t0, 3)   # what the run waited for after the depth stage
+    ctx.stage_unix_times["fusion"] = [round(started, 3), round(time.time(), 3)]
+    log.info("stage fusion done in %.2f s after the depth stage (%.2f s beside it)", timings["fusion"],
+             trailing.seconds)
+    return True
 
 
 def _start_early_evaluation(ctx: RunContext, stack: contextlib.ExitStack) -> None:

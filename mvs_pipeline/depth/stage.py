@@ -186,7 +186,8 @@ class Profile:
 
 
 def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str,
-                       overwrite: bool = False, progress: bool = True, profile: Profile | None = None) -> dict:
+                       overwrite: bool = False, progress: bool = True, profile: Profile | None = None,
+                       final_maps=None) -> dict:
     """Run every pass of the plan for every view with sources; returns counts and timings.
 
     `profile` (optional) collects the time per category: read_images, read_maps, upsample,
@@ -195,6 +196,10 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     kernels per pass kind, restore, downloads) and the device memory peak. On the GPU the host
     does not wait for each view's kernels, so host categories and the per-pass seconds count host
     time, which includes waiting where a check or copy needs the GPU to catch up.
+
+    `final_maps` (optional; the pipeline's fusion that trails this stage, fusion/trailing.py) is told
+    which views will have final maps (`planned(view_idxs)`, before any pass) and when each view's final
+    maps are in their files (`written(view_idx)`, from a writer thread; at once for a resumed view).
     """
     out_dir = Path(out_dir)
     prof = profile or Profile()
@@ -218,9 +223,15 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
     if overwrite:
         remove_markers(passes)
     pending_by_pass = pending_views(scene, todo, passes, overwrite)
+    if final_maps is not None:
+        final_maps.planned(list(todo))
     try:
         for pss, pending in zip(passes, pending_by_pass):
             resumed += len(todo) - len(pending)
+            trailing = final_maps if final_maps is not None and pss.final else None
+            if trailing is not None:   # the final maps a resumed run found complete
+                for v in sorted(set(todo) - set(pending)):
+                    trailing.written(v)
             if not pending:   # a resumed pass: its marker and its predecessor's removal may be due still
                 writer.after_writes(partial(finish_pass, passes, pss, names, cfg.depth.sync_maps))
                 continue
@@ -228,7 +239,8 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
             start = time.perf_counter()
             for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):
                 compute_view(cfg, scene, sel, ref, passes, pss.index, out_dir, backend,
-                             ViewCaches(images, maps, writer, textures), prof)
+                             ViewCaches(images, maps, writer, textures), prof,
+                             on_written=None if trailing is None else partial(trailing.written, ref))
                 computed += 1
             # no wait for the writes here: the next pass reads this one's maps from `maps`
             seconds[pss.id] = time.perf_counter() - start
@@ -302,10 +314,11 @@ class ViewCaches:
 
 
 def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[DepthPass], pass_index: int,
-                 out_dir: Path, backend: str, caches: ViewCaches, prof: Profile) -> None:
-    """One (pass, view): PatchMatch from this pass's inputs, maps queued on `caches.writer` and
-    kept in `caches.maps`. The seed depends only on (cfg.seed, view_idx, pass), so the maps do not
-    depend on which process computes them or in which order."""
+                 out_dir: Path, backend: str, caches: ViewCaches, prof: Profile, on_written=None) -> None:
+    """One (pass, view): PatchMatch from this pass's inputs, maps queued on `caches.writer` (which
+    calls `on_written()` once they are in their files) and kept in `caches.maps`. The seed depends
+    only on (cfg.seed, view_idx, pass), so the maps do not depend on which process computes them or
+    in which order."""
     pss = passes[pass_index]
     previous = _previous_pass(passes, pss)
     on_gpu = backend == "cuda"
@@ -327,7 +340,7 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
                                  backend=backend, keep_on_device=on_gpu)
         prof.stop("postfilter")
     preview = (Path(out_dir) / "stereo" / "previews" / name, tuple(sel.depth_ranges[ref])) if pss.final else None
-    caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks)
+    caches.writer.submit(pss, name, depth, result.normal, result.cost, preview, result.deferred_checks, on_written)
     caches.maps.put(pss.map_path("depth", name), depth)
     caches.maps.put(pss.map_path("normal", name), result.normal)
     if pass_index + 1 < len(passes) and passes[pass_index + 1].planar:   # the planar pass reads it
@@ -390,4 +403,5 @@ def _restrict_sources(sel: ViewSelection, with_maps: set[int]) -> ViewSelection:
 def run(ctx) -> None:
     """The pipeline's `depth` stage: `ctx` is pipeline.RunContext (reads cfg.depth, cfg.patchmatch, cfg.seed)."""
     ctx.counts.update(compute_depth_maps(ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir,
-                                         ctx.backend, overwrite=ctx.overwrite, progress=ctx.progress))
+                                         ctx.backend, overwrite=ctx.overwrite, progress=ctx.progress,
+                                         final_maps=ctx.final_maps))

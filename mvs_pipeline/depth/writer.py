@@ -98,10 +98,11 @@ class MapWriter:
         self.valid_pixels = 0     # positive depths in the final maps written
 
     def submit(self, pss: DepthPass, name: str, depth, normal, cost, preview: tuple[Path, tuple] | None = None,
-               checks=()) -> None:
+               checks=(), on_written=None) -> None:
         """Queue the maps of one view (NumPy or CuPy arrays); `preview` = (stem, depth range) for
         the final pass's PNG previews; `checks`: the solver's deferred input checks (DeferredCheck),
-        which must pass before the maps are written."""
+        which must pass before the maps are written; `on_written()`, if given, is called in the
+        writer thread once the maps are in their files (a fusion trailing the stage reads them then)."""
         # the cost map only where it is written or previewed: most passes do neither, and its
         # download was a fifth of the stage's page-locked buffers and copies
         maps, event = start_download(depth, normal, cost if "cost" in pss.kinds or preview is not None else None)
@@ -122,6 +123,8 @@ class MapWriter:
                 write_previews(stem, maps.depth, np.moveaxis(maps.normal_planes, 0, 2), maps.cost, depth_range,
                                self.preview_max_size)
                 valid = int((maps.depth > 0).sum())
+            if on_written is not None:
+                on_written()
             return time.perf_counter() - t0, valid
 
         paths = frozenset(pss.map_path(kind, name) for kind in pss.kinds)

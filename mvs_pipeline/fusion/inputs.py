@@ -113,19 +113,16 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
     inputs: list[ViewInputs | None] = []
     missing, unmasked = [], 0
     for i, view in enumerate(scene.views):
-        depth = map_path(stereo_dir, "depth_maps", view.name, resolved)
-        normal = map_path(stereo_dir, "normal_maps", view.name, resolved)
-        if not depth.is_file():
+        inp = _view_inputs(i, view, stereo_dir, resolved, mask_root)
+        if not inp.depth_path.is_file():
             missing.append(view.name)
             inputs.append(None)
             continue
-        if not normal.is_file():
-            raise MVSError(f"{normal}: normal map of image '{view.name}' not found (its depth map {depth} exists)")
-        mask = None
-        if mask_root is not None:
-            mask = mask_path_for(mask_root, view.name)
-            unmasked += mask is None
-        inputs.append(ViewInputs(i, view.name, view.width, view.height, depth, normal, view.image_path, mask))
+        if not inp.normal_path.is_file():
+            raise MVSError(f"{inp.normal_path}: normal map of image '{view.name}' not found (its depth map "
+                           f"{inp.depth_path} exists)")
+        unmasked += mask_root is not None and inp.mask_path is None
+        inputs.append(inp)
     if resolved == "photometric" and not any(inputs) and \
             any(map_path(stereo_dir, "depth_maps", v.name, "geometric").is_file() for v in scene.views):
         # the depth stage keeps only the final (geometric) maps unless it ran for photometric fusion
@@ -139,6 +136,24 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
     if mask_root is not None and unmasked:
         log.info("fusion: %d view(s) have no mask in %s and use all pixels", unmasked, mask_root)
     return inputs, resolved
+
+
+def _view_inputs(i: int, view, stereo_dir: Path, map_type: str, mask_root: Path | None) -> ViewInputs:
+    mask = mask_path_for(mask_root, view.name) if mask_root is not None else None
+    return ViewInputs(i, view.name, view.width, view.height, map_path(stereo_dir, "depth_maps", view.name, map_type),
+                      map_path(stereo_dir, "normal_maps", view.name, map_type), view.image_path, mask)
+
+
+def expected_inputs(scene: Scene, stereo_dir: Path, map_type: str, mask_dir: str | Path | None,
+                    views) -> list[ViewInputs | None]:
+    """What find_inputs will find once the depth stage has written `map_type` maps of `views` (view_idx)
+    and of no other view: for a fusion that starts before the maps exist (fusion/trailing.py)."""
+    mask_root = Path(mask_dir) if mask_dir is not None else None
+    if mask_root is not None and not mask_root.is_dir():
+        raise MVSError(f"fusion.mask_dir: {mask_root} is not a folder")
+    with_maps = set(views)
+    return [_view_inputs(i, v, Path(stereo_dir), map_type, mask_root) if i in with_maps else None
+            for i, v in enumerate(scene.views)]
 
 
 def _check_size(path: Path, what: str, shape: tuple[int, ...], inp) -> None:

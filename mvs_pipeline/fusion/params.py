@@ -135,6 +135,9 @@ class FusionConfig:
     load_threads: int = field(default=8, metadata=meta(
         "threads loading views (maps, image, pixel filters) at once, at most the cores; twice as many views are "
         "read ahead. Changes no output", "threads", (1, 64)))
+    during_depth: bool = field(default=True, metadata=meta(
+        "on the GPU without a --gpu-memory budget or --cluster: fuse each view as soon as the depth stage has "
+        "written its final maps and its neighbours', beside the depth stage (fusion/trailing.py). Changes no output"))
     cache_views: int | None = field(default=None, metadata=meta(
         "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
         (2, 100000)))

@@ -73,7 +73,7 @@ from ..io.vis_file import colmap_image_indices
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
-from .inputs import HostView, ViewInputs, find_inputs, load_view
+from .inputs import HostView, ViewInputs, expected_inputs, find_inputs, load_view
 from .params import FusionConfig, auto_consume_pixels, auto_min_consistent
 from .writer import ChunkWriter
 
@@ -118,6 +118,11 @@ class FusedChunk:
 # Backends: the same four operations on host (numpy/numba) or device (cupy) arrays
 # ---------------------------------------------------------------------------------------------
 
+# The share of the free memory the view cache may take; a fusion trailing the depth stage
+# (trailing.py) takes half as much, as the depth stage's map cache grows beside it.
+CACHE_SHARE, TRAILING_CACHE_SHARE = 0.5, 0.25
+
+
 class _CpuEngine:
     """Resident views live in slots of one SlabPool (see cpu.py); an entry is a slot number."""
     name = "cpu"
@@ -126,9 +131,10 @@ class _CpuEngine:
         self.peak_bytes = 0
         self.pool = None  # cpu.SlabPool once opened
         self.free: list[int] = []
+        self.share = CACHE_SHARE
 
     def budget_bytes(self) -> int:
-        return int(0.5 * _available_host_memory())
+        return int(self.share * _available_host_memory())
 
     def open(self, capacity: int, max_pixels: int) -> None:
         from .cpu import SlabPool  # noqa: PLC0415 (Numba: imported only when the CPU backend runs)
@@ -170,9 +176,10 @@ class _CudaEngine:
         self.pool = self.cp.get_default_memory_pool()
         self.peak_bytes = 0
         self._out: dict | None = None
+        self.share = CACHE_SHARE
 
     def budget_bytes(self) -> int:
-        return int(0.5 * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
+        return int(self.share * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
 
     def open(self, capacity: int, max_pixels: int) -> None:
         pass
@@ -422,20 +429,35 @@ def fusion_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection,
     return inputs, map_type
 
 
+def gate_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path,
+                gate) -> list[ViewInputs | None]:
+    """fusion_inputs for maps the depth stage is still writing: the views `gate` plans (it waits for
+    the plan)."""
+    if len(selection.neighbors) != scene.num_views:
+        raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
+                       f"rerun the views stage with --overwrite")
+    return expected_inputs(scene, stereo_dir, gate.map_type, cfg.mask_dir, gate.views())
+
+
 def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
                 progress: bool = True, stats: dict | None = None, keep_on_device: bool = False,
                 references: Collection[int] | None = None,
-                pixels_by_view: dict | None = None) -> Iterator[FusedChunk]:
+                pixels_by_view: dict | None = None, gate=None) -> Iterator[FusedChunk]:
     """Fuse the maps in stereo_dir, yielding each reference view's points (view_idx order): NumPy
     arrays, or with keep_on_device the CUDA engine's CuPy arrays (fusion/writer.py packs them there).
     `references` (view_idx): only these of the planned reference views, consuming pixels among
     themselves only (fusion/cluster_run.py's ranges); `pixels_by_view`, if given, receives each
-    loaded view's PIXEL_COUNTS."""
+    loaded view's PIXEL_COUNTS. `gate` (fusion/trailing.MapsGate): the maps are still being written
+    by the depth stage; the views it plans are taken as the views with maps, and each view is loaded
+    once the gate says its maps are in their files."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
     stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
                  **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
-    inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir)
+    if gate is None:
+        inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir)
+    else:
+        inputs, map_type = gate_inputs(cfg, scene, selection, stereo_dir, gate), gate.map_type
     stats["map_type"] = map_type
     stats["views_with_maps"] = sum(inp is not None for inp in inputs)
     refs, nbrs = plan_references(inputs, selection, cfg.min_consistent)
@@ -448,6 +470,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         return
     plan = [[r, *nbrs[r]] for r in refs]
     engine = make_engine(backend)
+    if gate is not None:
+        engine.share = TRAILING_CACHE_SHARE
     capacity = _capacity(cfg, engine, inputs, plan)
     stats["cache_views"] = capacity
     cams = {v: camera_block(view.K, view.R, view.t) for v, view in enumerate(scene.views)}
@@ -466,11 +490,13 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
     threads = load_threads(cfg)
     stats["load_threads"] = threads
+    load = functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
+                             segment_depth_step=cfg.segment_depth_step, halo_radius=cfg.halo_radius,
+                             halo_edge=cfg.halo_edge)
+    if gate is not None:
+        load = gate.gated(load)
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
-                       threads=threads, stats=stats,
-                       load=functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
-                                              segment_depth_step=cfg.segment_depth_step,
-                                              halo_radius=cfg.halo_radius, halo_edge=cfg.halo_edge))
+                       threads=threads, stats=stats, load=load)
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
             views = cache.acquire(step)
@@ -531,8 +557,9 @@ def finish_outputs(out_dir: Path, cfg: FusionConfig, backend: str, scene: Scene,
 
 
 def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, out_dir: Path, backend: str,
-                    overwrite: bool = False, progress: bool = True) -> dict:
-    """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done)."""
+                    overwrite: bool = False, progress: bool = True, gate=None) -> dict:
+    """Fuse OUT/stereo/{depth,normal}_maps into OUT/fused.ply + .vis; returns counts (skips if done).
+    `gate`: as fuse_chunks' (a fusion trailing the depth stage)."""
     out_dir = Path(out_dir)
     ply_path, vis_path, _ = output_paths(out_dir)
     cfg = resolve_config(cfg, scene, selection)
@@ -545,7 +572,7 @@ def fuse_depth_maps(cfg: FusionConfig, scene: Scene, selection: ViewSelection, o
 
     with FusedCloudWriter(ply_path, vis_path) as writer, ChunkWriter(writer, colmap_idx) as chunks:
         for chunk in fuse_chunks(cfg, scene, selection, out_dir / "stereo", backend, progress, stats,
-                                 keep_on_device=True):
+                                 keep_on_device=True, gate=gate):
             chunks.submit(chunk)
         chunks.drain()
         writer.finish()
