@@ -123,7 +123,7 @@ def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
             cp.cuda.Device().synchronize()
             peak = int(pool.total_bytes())
         times.append(round(time.perf_counter() - t0, 3))
-    return {"method": method, "backend": backend if method == "tsdf" else "cpu (Open3D)", "seconds_cold": times[0],
+    return {"method": method, "backend": backend if method == "tsdf" else f"{backend} (count, pooling), Open3D on the CPU", "seconds_cold": times[0],
             "seconds_warm": times[1], "gpu_pool_peak_bytes": peak, "vertices": record["vertices"],
             "faces": record["faces"], "settings": record["settings"], "counts": record["counts"]}
 

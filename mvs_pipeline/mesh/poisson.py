@@ -5,9 +5,9 @@ Octree depth (`depth` None): the smallest depth whose finest cell (the cloud's b
 enlarged by Open3D's scale 1.1, over 2^depth) is at most `cell_spacings` times the cloud's
 point spacing (median nearest-neighbour distance, sampling/points/spacing.py), within 6..MAX_DEPTH.
 A cloud far denser than that cell is first pooled into voxels of half the cell (support-weighted
-mean positions, mean normals and colours: sampling/points/voxel_pool), as the octree cannot use
-the extra points. The depth is then lowered until that pooled cloud has at most `max_points` points
-(mesh.poisson_max_points, counted exactly: octree_points): the solve's time grows with them, and the
+mean positions, mean normals and colours: octree_pool.py, in parts within the GPU's budget), as the
+octree cannot use the extra points. The depth is then lowered until that pooled cloud has at most `max_points` points
+(mesh.poisson_max_points, counted exactly: octree_count.py, on the GPU with backend cuda): the solve's time grows with them, and the
 spacing rule alone let a 20 x 800x600 courtyard (8.7 M points, 2.9 mm apart over 31 m) reach depth 12
 with nothing pooled, which did not finish in 150 s on the H200 machine's 16 cores. On 2 CPU cores its
 solve took 20 s at depth 10 (1.6 M pooled points) and 73 s at 11 (3.4 M), with accuracy / F1 at 2 cm
@@ -41,13 +41,13 @@ import numpy as np
 from ..errors import MVSError
 from ..io.mesh_ply import TriangleMesh
 from ..io.point_cloud import PointCloud
+from .octree_count import MAX_DEPTH, SCALE, octree_points  # noqa: F401 (SCALE: the octree's, Open3D's default)
+from .octree_pool import pooled_for_octree
 
 log = logging.getLogger(__name__)
 
 MIN_DEPTH = 6
-MAX_DEPTH = 12
 SOLVERS = ("open3d", "colmap")
-SCALE = 1.1  # Open3D's default: the octree's cube is the bounding cube enlarged by this
 
 
 def check_cloud(cloud: PointCloud, what: str) -> None:
@@ -68,47 +68,14 @@ def choose_depth(extent: float, spacing: float, cell_spacings: float) -> int:
     return int(min(MAX_DEPTH, max(MIN_DEPTH, d)))
 
 
-def _spread_bits(v: np.ndarray) -> np.ndarray:
-    """uint64 v < 2^21 with two zero bits after each of its bits (one axis of a Morton code)."""
-    v = v & np.uint64(0x1FFFFF)
-    for shift, mask in ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
-                        (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249)):
-        v = (v | (v << np.uint64(shift))) & np.uint64(mask)
-    return v
-
-
-def octree_points(xyz: np.ndarray, depths) -> dict[int, int]:
-    """{depth: the number of voxels of half that depth's octree cell that hold a point}: what the pooling
-    (pooled_for_octree, with the cloud's minimum corner as origin) would leave of xyz [N, 3] at each
-    depth (at most MAX_DEPTH). One sort of the points' Morton codes at the finest depth asked; a
-    coarser depth's voxels are those codes without their last 3 bits per level, still sorted, so each
-    further depth is one pass counting where they change (np.unique per depth: 12.4 s on an 8.7 M-point
-    cloud on 2 shared CPU cores, this 2.0 s)."""
-    depths = sorted({int(d) for d in depths}, reverse=True)
-    xyz = np.asarray(xyz, np.float64)
-    lo = xyz.min(axis=0)
-    extent = float((xyz.max(axis=0) - lo).max())
-    if extent <= 0 or len(xyz) == 0:
-        return {d: min(1, len(xyz)) for d in depths}
-    finest = depths[0]
-    c = np.floor((xyz - lo) * (2 ** (finest + 1) / (SCALE * extent))).astype(np.uint64)
-    codes = _spread_bits(c[:, 0]) | (_spread_bits(c[:, 1]) << np.uint64(1)) | (_spread_bits(c[:, 2]) << np.uint64(2))
-    del c
-    codes.sort()
-    out = {}
-    for d in depths:
-        k = codes >> np.uint64(3 * (finest - d))
-        out[d] = int(np.count_nonzero(k[1:] != k[:-1])) + 1
-    return out
-
-
-def capped_depth(xyz: np.ndarray, depth: int, max_points: int | None) -> tuple[int, dict[int, int]]:
+def capped_depth(xyz: np.ndarray, depth: int, max_points: int | None, backend: str = "cpu",
+                 budget: int | None = None) -> tuple[int, dict[int, int]]:
     """The largest depth <= `depth` (not below MIN_DEPTH) at which the cloud pooled to half a cell has at
-    most max_points points (octree_points), and the counts looked at; a cloud of at most max_points
-    points keeps `depth` without counting (None: no cap)."""
+    most max_points points (octree_points, on the GPU with backend "cuda" within `budget`), and the counts
+    looked at; a cloud of at most max_points points keeps `depth` without counting (None: no cap)."""
     if max_points is None or len(xyz) <= max_points or depth <= MIN_DEPTH:
         return depth, {}
-    counts = octree_points(xyz, range(MIN_DEPTH, depth + 1))
+    counts = octree_points(xyz, range(MIN_DEPTH, depth + 1), backend, budget)
     for d in range(depth, MIN_DEPTH - 1, -1):
         if counts[d] <= max_points:
             return d, counts
@@ -116,49 +83,32 @@ def capped_depth(xyz: np.ndarray, depth: int, max_points: int | None) -> tuple[i
 
 
 def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None = None,
-               spacing: float | None = None) -> dict:
+               spacing: float | None = None, backend: str = "cpu", budget: int | None = None) -> dict:
     """The stage's depth for a cloud (poisson_depth null): its extent, its spacing (as given, else
     estimated; extent / 1000 where it comes out 0), the spacing rule's depth, the depth after the
-    max_points cap (capped_depth), the counts the cap looked at and the seconds it took."""
+    max_points cap (capped_depth: its count on the GPU with backend "cuda", within `budget`), the counts
+    the cap looked at and the seconds it took."""
     from ..sampling.points.spacing import estimate_spacing  # noqa: PLC0415
 
-    xyz = np.asarray(cloud.xyz, np.float64)
-    extent = float((xyz.max(axis=0) - xyz.min(axis=0)).max())
+    # bounds in the coordinates' own dtype, then float64: no float64 copy of the cloud
+    extent = float((cloud.xyz.max(axis=0).astype(np.float64) - cloud.xyz.min(axis=0).astype(np.float64)).max())
     spacing = float(spacing) if spacing is not None else estimate_spacing(cloud.xyz)
     spacing = spacing if spacing > 0 else extent / 1000.0
     depth = choose_depth(extent, spacing, cell_spacings)
     t0 = time.perf_counter()
-    capped, counts = capped_depth(xyz, depth, max_points)
+    capped, counts = capped_depth(cloud.xyz, depth, max_points, backend, budget)
     return {"extent": extent, "spacing": spacing, "points": len(cloud), "spacing_depth": depth, "depth": capped,
             "octree_points": counts, "count_seconds": time.perf_counter() - t0}
-
-
-def pooled_for_octree(cloud: PointCloud, cell: float, backend: str) -> PointCloud:
-    """The cloud pooled into voxels of half an octree cell, positions weighted by support."""
-    from ..sampling.points.voxel_pool.ops import voxel_pool  # noqa: PLC0415
-
-    xyz = np.asarray(cloud.xyz, np.float64)
-    w = np.asarray(cloud.extra.get("support", np.ones(len(cloud))), np.float64).reshape(-1, 1)
-    w = np.maximum(w, 1.0)
-    feats = [xyz * w, np.asarray(cloud.normals, np.float64) * w, w]
-    if cloud.colors is not None:
-        feats.append(np.asarray(cloud.colors, np.float64))
-    pooled = voxel_pool(cloud.xyz.astype(np.float32), np.concatenate(feats, axis=1).astype(np.float32),
-                        voxel_size=0.5 * cell, backend=backend)
-    f = np.asarray(pooled.features if not hasattr(pooled.features, "get") else pooled.features.get(), np.float64)
-    wsum = np.maximum(f[:, 6:7], 1e-12)
-    normals = f[:, 3:6]
-    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
-    colors = np.clip(f[:, 7:10] + 0.5, 0, 255).astype(np.uint8) if cloud.colors is not None else None
-    return PointCloud(xyz=(f[:, 0:3] / wsum).astype(np.float32), normals=normals.astype(np.float32), colors=colors)
 
 
 def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: float = 1.5,
                  trim_spacings: float = 3.0, spacing: float | None = None, threads: int = -1,
                  backend: str = "cpu", solver: str = "open3d",
-                 max_points: int | None = None) -> tuple[TriangleMesh, dict]:
+                 max_points: int | None = None, memory_budget: int | None = None) -> tuple[TriangleMesh, dict]:
     """The trimmed screened-Poisson mesh of an oriented cloud, and counts; solver: open3d or colmap
-    (pycolmap.poisson_meshing, COLMAP's PoissonRecon, through PLY files)."""
+    (pycolmap.poisson_meshing, COLMAP's PoissonRecon, through PLY files). `memory_budget`: bytes the
+    depth count and the pooling may hold where they run (default: with backend cuda the mesh stage's
+    share of the GPU, octree_pool.gpu_budget; on the CPU no limit); the mesh does not depend on it."""
     if solver not in SOLVERS:
         raise MVSError(f"mesh (poisson): unknown solver {solver!r} ({', '.join(SOLVERS)})")
     from scipy.spatial import cKDTree  # noqa: PLC0415
@@ -166,15 +116,20 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     check_cloud(cloud, "mesh (poisson)")
     t0 = time.perf_counter()
     # an explicit depth is never capped (max_points None: nothing counted)
-    rule = rule_depth(cloud, cell_spacings, max_points if depth is None else None, spacing)
+    if backend == "cuda" and memory_budget is None:
+        from .octree_pool import gpu_budget  # noqa: PLC0415
+
+        memory_budget = gpu_budget()
+    rule = rule_depth(cloud, cell_spacings, max_points if depth is None else None, spacing, backend, memory_budget)
     extent, spacing, octree, t_count = rule["extent"], rule["spacing"], rule["octree_points"], rule["count_seconds"]
     spacing_depth = rule["spacing_depth"] if depth is None else None
     depth = rule["depth"] if depth is None else int(depth)
     cell = SCALE * extent / 2 ** depth
     points = cloud
+    t_rule = time.perf_counter()
     # clearly denser than the octree resolves, or the depth lowered to keep max_points: pool first
     if 0.5 * cell > spacing * 1.5 or (spacing_depth is not None and depth < spacing_depth):
-        points = pooled_for_octree(cloud, cell, backend)
+        points = pooled_for_octree(cloud, cell, backend, memory_budget)
     t_pool = time.perf_counter()
     verts, faces, colors = (_solve_colmap if solver == "colmap" else _solve_open3d)(points, depth, threads)
     t_solve = time.perf_counter() - t0
@@ -194,6 +149,7 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
         raise MVSError("mesh (poisson): no face lies near the cloud after trimming; check the cloud's normals")
     counts = {"mesh_poisson_depth": depth, "mesh_poisson_spacing_depth": spacing_depth,
               "mesh_octree_points": octree.get(depth), "mesh_depth_count_seconds": round(t_count, 3),
+              "mesh_pool_seconds": round(t_pool - t_rule, 3),
               "mesh_poisson_cell": round(cell, 6), "mesh_point_spacing": round(spacing, 6),
               "mesh_points_in": len(cloud), "mesh_points_solved": len(points), "mesh_trim_distance": round(limit, 6),
               "mesh_poisson_solver": solver, "mesh_faces_before_trim": int(raw_faces),

@@ -2,7 +2,9 @@
 
     method poisson (poisson.py): screened Poisson of OUT/fused.ply (its normals; support weights the
                    pooling of dense clouds), trimmed to within a few point spacings of the cloud,
-                   vertex colours from the cloud. Runs on the host (Open3D).
+                   vertex colours from the cloud. The solve runs on the host (Open3D); with backend
+                   cuda the depth cap's count and the pooling run on the GPU, within the run's budget
+                   and at most octree_pool.MESH_GPU_BYTES.
     method tsdf (tsdf.py):       TSDF fusion of OUT/stereo/depth_maps (geometric maps when every
                    view with maps has them; fusion.mask_dir's object masks honoured) in the blocks
                    near the surfaces only, and marching cubes over those blocks (GPU kernels
@@ -149,7 +151,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
     areas = triangle_areas(mesh.vertices, mesh.faces)   # once: the record's area and the preview's sampling
     _write_preview(mesh_path, mesh, areas)
     counts["mesh_write_seconds"] = round(time.perf_counter() - tw, 3)
-    record = {"method": cfg.method, "backend": backend if cfg.method == "tsdf" else "cpu", "settings": settings,
+    record = {"method": cfg.method, "backend": backend, "settings": settings,
               "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area_m2": round(float(areas.sum()), 6),
               "seconds": round(time.perf_counter() - t0, 3), "counts": counts}
     atomic_write_text(record_path, json.dumps(record, indent=1))

@@ -72,14 +72,22 @@ def plan_memory(count: int, record_bytes: int, fields: int, budget: int | None,
     `whole_scratch`: the whole path's bytes per point beyond its records and columns (GPU_... there)."""
     if budget is None or whole_bytes(count, record_bytes, fields, whole_scratch) <= HEADROOM * budget:
         return MemoryPlan(whole=True)
+    return streamed_plan(count, record_bytes, budget)
+
+
+def streamed_plan(count: int, record_bytes: int, budget: int, part_bytes: int = PART_BYTES,
+                  chunk_bytes: int = CHUNK_BYTES) -> MemoryPlan | None:
+    """plan_memory's streamed plan (None where even it does not fit); `part_bytes` and `chunk_bytes`:
+    a pooling part's bytes per point and a pass's per row beyond its records, for callers whose
+    columns are not fusion's (the mesh stage's weighted features: mesh/octree_pool.py)."""
     bin_bits = histogram_bits(count)
     usable = HEADROOM * budget - BIN_BYTES * (1 << bin_bits)
     records = count * record_bytes
     for resident in (True, False) if records <= RESIDENT_SHARE * usable else (False,):
         left = usable - (records if resident else 0)
-        per_row = record_bytes + CHUNK_BYTES
+        per_row = record_bytes + chunk_bytes
         chunk_rows = min(count, int(CHUNK_SHARE * left / per_row))
-        part_points = int((left - chunk_rows * per_row) / PART_BYTES)
+        part_points = int((left - chunk_rows * per_row) / part_bytes)
         if chunk_rows >= 1 and part_points >= MIN_PART_POINTS:
             return MemoryPlan(whole=False, resident=resident, chunk_rows=chunk_rows, part_points=part_points,
                               bin_bits=bin_bits)
