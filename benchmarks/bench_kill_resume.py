@@ -11,7 +11,9 @@ run's seconds, the rerun's seconds and stage seconds (what it redid), whether ea
 the uninterrupted run's, and any temporary file left. The uninterrupted run comes first unless
 --baseline-md5 names a JSON of its md5s (written by an earlier call with --save-md5). Each folder is
 removed after its case (a 1000-view run writes ~28 GB). The CPU test of the same property, at fixed
-kill points: tests/test_kill_resume.py.
+kill points: tests/test_kill_resume.py. On the GPU fusion runs beside the depth stage
+(fusion/trailing.py) and its own stage lasts a fraction of a second: `--kill-in depth --delay 75`
+kills a 1000-view run of 1024x768 during the depth stage's last pass, while fusion runs beside it.
 """
 
 from __future__ import annotations

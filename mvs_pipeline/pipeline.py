@@ -421,15 +421,17 @@ TRAILING_BACKENDS = ("cuda",)
 
 def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None:
     """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
-    budget, no --cluster, fusion.during_depth, maps of the final pass's type, nothing fused yet. The
-    run's end releases it if the depth stage never wrote what it waits for."""
+    budget, no --cluster nor --resume-only, fusion.during_depth, maps of the final pass's type, nothing
+    fused yet. The run's end releases it if the depth stage never wrote what it waits for."""
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
 
     cfg = ctx.cfg
     final_type = "geometric" if cfg.depth.geometric_passes > 0 else "photometric"
+    # --resume-only: fusion's fingerprint check decides whether it may run, which this would bypass
     if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.cluster_wanted \
-            or cfg.fusion.map_type not in ("auto", final_type) or any(p.exists() for p in output_paths(ctx.out_dir)):
+            or ctx.resume_only or cfg.fusion.map_type not in ("auto", final_type) \
+            or any(p.exists() for p in output_paths(ctx.out_dir)):
         return
     trailing = TrailingFusion(cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
                               final_type)

@@ -47,6 +47,13 @@ def replace(src, dst, *args, **kwargs):
 os.replace = replace
 """)
 
+# fusion beside the depth stage (fusion/trailing.py) is for the GPU; these let it run on the CPU
+BESIDE_DEPTH = Patched("""
+import mvs_pipeline.pipeline as pipeline
+pipeline.TRAILING_BACKENDS = ("cuda", "cpu")
+""")
+KILL_BESIDE_DEPTH = Patched(BESIDE_DEPTH + KILL_IN_FUSION)
+
 
 def run(scene: Path, out: Path, *before_main: Patched, stages: list[str] = STAGES) -> subprocess.CompletedProcess:
     return cli(*before_main, "run", scene, "-o", out, *FAST, *stages, timeout=600)
@@ -94,3 +101,18 @@ def test_killed_run_resumes_to_the_same_clouds(scene, uninterrupted, after_depth
         assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), f"{name} after a kill in {where}"
     leftovers = [p for p in out.rglob(f"*{TMP_MARKER}*")]
     assert leftovers == [], leftovers
+
+
+def test_killed_beside_the_depth_stage_resumes_to_the_same_clouds(scene, uninterrupted, tmp_path):
+    """Killed at the third view fusion loads while it runs beside the depth stage (started with it, in
+    an empty folder); the rerun (beside the depth stage again, which finds its maps done) writes the
+    same clouds as a run that fused after its depth stage and was never killed."""
+    out = tmp_path / "out"
+    killed = run(scene, out, KILL_BESIDE_DEPTH)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    assert not any((out / name).exists() for name in OUTPUTS)
+    rerun = run(scene, out, BESIDE_DEPTH)
+    assert rerun.returncode == 0, rerun.stderr
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+    assert [p for p in out.rglob(f"*{TMP_MARKER}*")] == []
