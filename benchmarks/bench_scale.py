@@ -98,6 +98,10 @@ def row(views: int, width: int, height: int, wall: float, rss: int, out: Path, s
         "gpu_limit_gib": {k: round(v / GIB, 3) for k, v in counts.get("stage_gpu_limit_bytes", {}).items()},
         # whether fusion's loop waited on its loader threads (fusion.load_threads)
         "fusion_loads": fusion_loads(out),
+        # fusion beside the depth stage (fusion/trailing.py): its wall seconds there (the fusion column is
+        # then what the run waited for after depth); the depth comparison started early (depth_job.py)
+        "fusion_beside_depth_s": counts.get("fusion_beside_depth_seconds"),
+        "evaluate_depth_early": counts.get("evaluate_depth_early"),
     }
 
 
