@@ -410,7 +410,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
         stage = stages[len(done)]
         raise MVSError(f"stage {stage}: the GPU ran out of memory ({first_line(exc)}); rerun with --set "
                        f"backend=cpu (slower) or a smaller max_image_size"
-                       f"{_fewer_points_hint(ctx) if stage != 'depth' else ''}; "
+                       f"{_fewer_points_hint(ctx) if stage != 'depth' else _beside_depth_hint(ctx)}; "
                        f"{_kept(ctx.out_dir, done, stage)}") from exc
 
 
@@ -528,6 +528,11 @@ def _check_masks_once(ctx: RunContext, stages: list[str]) -> None:
     if "evaluate" in stages and ctx.cfg.evaluate.mask_dir is not None:   # the metrics need every view's
         check_mask_files(ctx.cfg.evaluate.mask_dir, views, "evaluate.mask_dir", required=True)
     ctx.masks_checked = True
+
+
+def _beside_depth_hint(ctx: RunContext) -> str:
+    """For the depth stage with fusion beside it (fusion/trailing.py): its view cache shared the GPU."""
+    return ", or fusion.during_depth=false (fusion after the depth stage)" if ctx.trailing_fusion is not None else ""
 
 
 def _fewer_points_hint(ctx: RunContext) -> str:

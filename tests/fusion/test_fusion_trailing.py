@@ -180,3 +180,22 @@ def test_not_beside_a_budget_or_when_fused_already(after_depth, tmp_path, monkey
     assert _run(scene, out, "--set", "fusion.max_reproj_error=1.5") == 0   # fusion redone, after depth
     assert started == []
     assert json.loads((out / "stereo" / "fusion.json").read_text())["config"]["max_reproj_error"] == 1.5
+
+
+def test_out_of_memory_in_the_depth_stage_beside_fusion_names_the_key(after_depth, tmp_path, monkeypatch, capsys):
+    from mvs_pipeline.depth import stage as depth_stage
+    from tests.gpu.test_memory_errors import OutOfMemoryError
+
+    scene, _ = after_depth
+    monkeypatch.setattr(pipeline, "TRAILING_BACKENDS", ("cuda", "cpu"))
+
+    def depth_runs_out(*args, **kwargs):
+        raise OutOfMemoryError("Out of memory allocating 1,073,741,824 bytes (allocated so far: 20 GiB).")
+
+    monkeypatch.setattr(depth_stage, "compute_depth_maps", depth_runs_out)
+    out = tmp_path / "out"
+    assert _run(scene, out) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "stage depth: the GPU ran out of memory" in err, err
+    assert "or fusion.during_depth=false (fusion after the depth stage)" in err
+    assert not (out / "fused.ply").exists()
