@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mvs_pipeline"
 # Top-level modules and packages of mvs_pipeline, lowest layer first. A module may import its own
 # group and groups of lower layers only; groups sharing a layer do not import each other.
 LAYERS = [
-    ("__init__", "errors", "paths", "field_meta", "arrays"),
+    ("__init__", "errors", "paths", "field_meta", "arrays", "background"),
     ("io", "gpu", "interrupts"),
     ("scene", "synth", "cluster"),
     ("views",),

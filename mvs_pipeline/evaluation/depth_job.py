@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from concurrent.futures import Future
 from pathlib import Path
 
+from ..background import DaemonJob
 from ..io.file_stamps import tree_stamps
 
 log = logging.getLogger(__name__)
@@ -63,37 +62,21 @@ def job_inputs(cfg, out_dir: Path, gt_dir: Path, calib: Path | None) -> dict:
             "error_images": cfg.error_images, "preview_views": cfg.report_max_views}
 
 
-class EarlyDepthMetrics:
+class EarlyDepthMetrics(DaemonJob):
     """evaluate_run_depths (without error images) running in a thread of its own."""
 
     def __init__(self, out_dir: Path, gt_dir: Path, calib: Path | None, inputs: dict, backend: str):
+        super().__init__("early-depth-metrics")
         self.inputs = inputs
-        self.seconds: float | None = None   # the comparison's own wall time, once it ended
         self._stop = threading.Event()
-        self._future: Future = Future()
         self._args = (Path(out_dir), Path(gt_dir), calib, backend)
-        # a daemon: a run that fails or is interrupted in fusion exits without waiting for it (stop()
-        # ends it at the next view anyway)
-        self._thread = threading.Thread(target=self._work, name="early-depth-metrics", daemon=True)
 
-    def start(self) -> "EarlyDepthMetrics":
-        self._thread.start()
-        return self
-
-    def _work(self) -> None:
+    def work(self) -> dict:
         from .depth_metrics import evaluate_run_depths  # noqa: PLC0415
 
         out_dir, gt_dir, calib, backend = self._args
-        t0 = time.perf_counter()
-        try:
-            result = evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=None,
-                                         backend=backend, stop=self._stop, own_stream=True)
-        except BaseException as exc:  # noqa: BLE001 (handed to the evaluate stage, which raises it)
-            self.seconds = time.perf_counter() - t0
-            self._future.set_exception(exc)
-        else:
-            self.seconds = time.perf_counter() - t0   # before the result: a caller reads both
-            self._future.set_result(result)
+        return evaluate_run_depths(out_dir, gt_dir, gt_cameras=calib, error_image_dir=None, backend=backend,
+                                   stop=self._stop, own_stream=True)
 
     def stop(self) -> None:
         """Ask the thread to end at its next view (its result is then None)."""

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from concurrent.futures import Future
+
+from ..background import DaemonJob
 
 log = logging.getLogger(__name__)
 
@@ -84,43 +84,29 @@ class MapsGate:
         return gated_load
 
 
-class TrailingFusion:
+class TrailingFusion(DaemonJob):
     """fuse_depth_maps with a MapsGate, in a thread of its own (a CUDA stream of its own on the GPU)."""
 
     def __init__(self, cfg, scene, selection, out_dir, backend: str, map_type: str):
+        super().__init__("trailing-fusion")
         self.gate = MapsGate(map_type)
-        self.seconds: float | None = None   # the fusion's wall time, once it ended
-        self._future: Future = Future()
         self._args = (cfg, scene, selection, out_dir, backend)
-        # a daemon: a run that fails in the depth stage exits without it (stop() releases it anyway)
-        self._thread = threading.Thread(target=self._work, name="trailing-fusion", daemon=True)
 
-    def start(self) -> "TrailingFusion":
-        self._thread.start()
-        return self
-
-    def _work(self) -> None:
+    def work(self) -> dict:
         from .stage import fuse_depth_maps  # noqa: PLC0415
 
         cfg, scene, selection, out_dir, backend = self._args
-        t0 = time.perf_counter()
-        try:
-            stream = None
-            if backend == "cuda":
-                from ..gpu.loader import import_cupy  # noqa: PLC0415
+        stream = None
+        if backend == "cuda":
+            from ..gpu.loader import import_cupy  # noqa: PLC0415
 
-                stream = import_cupy().cuda.Stream(non_blocking=True)
-                stream.use()   # this thread's current stream: every launch and copy of the fusion loop
-            counts = fuse_depth_maps(cfg, scene, selection, out_dir, backend, overwrite=True, progress=False,
-                                     gate=self.gate)
-            if stream is not None:
-                stream.synchronize()
-        except BaseException as exc:  # noqa: BLE001 (the pipeline logs it and fuses again after depth)
-            self.seconds = time.perf_counter() - t0
-            self._future.set_exception(exc)
-        else:
-            self.seconds = time.perf_counter() - t0   # before the result: a caller reads both
-            self._future.set_result(counts)
+            stream = import_cupy().cuda.Stream(non_blocking=True)
+            stream.use()   # this thread's current stream: every launch and copy of the fusion loop
+        counts = fuse_depth_maps(cfg, scene, selection, out_dir, backend, overwrite=True, progress=False,
+                                 gate=self.gate)
+        if stream is not None:
+            stream.synchronize()
+        return counts
 
     def stop(self, why: str) -> None:
         self.gate.stop(why)
