@@ -74,10 +74,14 @@ class RunContext:
     # evaluation/depth_job.py's comparison of the depth maps with GT, started as the depth stage ends
     # (_start_early_evaluation); the evaluate stage takes its result
     early_depth_metrics: object = None
-    # fusion/trailing.py's fusion beside the depth stage (_start_trailing_fusion) and the gate the depth
-    # stage tells which final maps are written (compute_depth_maps' final_maps)
+    # fusion/trailing.py's fusion beside the depth stage (_start_trailing_fusion)
     trailing_fusion: object = None
-    final_maps: object = None
+
+    @property
+    def final_maps(self):
+        """The gate the depth stage tells which final maps are written (compute_depth_maps' final_maps):
+        the trailing fusion's, if one runs."""
+        return None if self.trailing_fusion is None else self.trailing_fusion.gate
 
     @property
     def backend(self) -> str:
@@ -435,7 +439,7 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
         return
     trailing = TrailingFusion(cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
                               final_type)
-    ctx.trailing_fusion, ctx.final_maps = trailing, trailing.gate
+    ctx.trailing_fusion = trailing
     stack.callback(trailing.stop, "the run ended")
     log.info("fusion: fusing beside the depth stage, each view once its final maps are written")
     trailing.start()
@@ -449,7 +453,7 @@ def _take_trailing_fusion(ctx: RunContext, timings: dict, started: float, t0: fl
     trailing = ctx.trailing_fusion
     if trailing is None:
         return False
-    ctx.trailing_fusion, ctx.final_maps = None, None
+    ctx.trailing_fusion = None
     counts = trailing.result()
     if counts is None:
         return False

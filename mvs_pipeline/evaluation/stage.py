@@ -8,7 +8,7 @@
 
 A result is reused when its JSON exists and records the same input file (size and mtime) and
 settings, unless `overwrite`. Ground truth is taken from the arguments, else found in the
-workspace (find_gt_mlp / find_gt_depth).
+workspace (find_gt_mlp; depth_job.find_gt_depth).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import MVSError
 from ..gpu.backend import resolve_backend
 from ..io.atomic import atomic_write_text
-from .depth_job import depth_job, find_gt_depth, job_inputs, reusable  # noqa: F401 (find_gt_depth: callers' name)
+from .depth_job import depth_job, job_inputs, reusable
 from .jsonutil import to_json
 
 log = logging.getLogger(__name__)

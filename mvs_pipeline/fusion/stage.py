@@ -416,27 +416,21 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
     return cfg
 
 
-def fusion_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection,
-                  stereo_dir: Path) -> tuple[list[ViewInputs | None], str]:
+def fusion_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path,
+                  gate=None) -> tuple[list[ViewInputs | None], str]:
     """Each view's map files (None: no maps) and the map type; a one-line error when views.json
-    disagrees with the model or no view has maps."""
+    disagrees with the model or no view has maps. With `gate` (fusion/trailing.MapsGate) the maps are
+    still being written: the views it plans (it waits for the plan) with its map type."""
     if len(selection.neighbors) != scene.num_views:
         raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
                        f"rerun the views stage with --overwrite")
-    inputs, map_type = find_inputs(scene, stereo_dir, cfg.map_type, cfg.mask_dir)
+    if gate is None:
+        inputs, map_type = find_inputs(scene, stereo_dir, cfg.map_type, cfg.mask_dir)
+    else:
+        inputs, map_type = expected_inputs(scene, stereo_dir, gate.map_type, cfg.mask_dir, gate.views()), gate.map_type
     if not any(inp is not None for inp in inputs):
         raise MVSError(f"{Path(stereo_dir) / 'depth_maps'}: no {map_type} depth maps to fuse; run the depth stage first")
     return inputs, map_type
-
-
-def gate_inputs(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path,
-                gate) -> list[ViewInputs | None]:
-    """fusion_inputs for maps the depth stage is still writing: the views `gate` plans (it waits for
-    the plan)."""
-    if len(selection.neighbors) != scene.num_views:
-        raise MVSError(f"views.json lists {len(selection.neighbors)} views but the model has {scene.num_views}; "
-                       f"rerun the views stage with --overwrite")
-    return expected_inputs(scene, stereo_dir, gate.map_type, cfg.mask_dir, gate.views())
 
 
 def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stereo_dir: Path, backend: str,
@@ -454,10 +448,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     stats = {} if stats is None else stats
     stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
                  **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
-    if gate is None:
-        inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir)
-    else:
-        inputs, map_type = gate_inputs(cfg, scene, selection, stereo_dir, gate), gate.map_type
+    inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir, gate)
     stats["map_type"] = map_type
     stats["views_with_maps"] = sum(inp is not None for inp in inputs)
     refs, nbrs = plan_references(inputs, selection, cfg.min_consistent)

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import MVSError
 from ..io.mesh_ply import TriangleMesh
 from ..io.point_cloud import PointCloud
-from .octree_count import MAX_DEPTH, SCALE, octree_points  # noqa: F401 (SCALE: the octree's, Open3D's default)
+from .octree_count import MAX_DEPTH, SCALE, octree_points
 from .octree_pool import pooled_for_octree
 
 log = logging.getLogger(__name__)

@@ -88,14 +88,10 @@ def test_the_gate():
     gate.stop("stopped")
     blocked.join(5)
     assert loads == ["DepthStopped: stopped"]
-    with pytest.raises(DepthStopped):
-        MapsGate("geometric").stop("x") or _stopped_views()
-
-
-def _stopped_views():
-    gate = MapsGate("geometric")
-    gate.stop("never planned")
-    gate.views()
+    never_planned = MapsGate("geometric")
+    never_planned.stop("never planned")
+    with pytest.raises(DepthStopped, match="never planned"):
+        never_planned.views()
 
 
 def _raised(load, view_idx):
