@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import MVSError
 from .atomic import atomic_path
+from .writeback import start_writeback
 from .point_cloud import PointCloud
 
 # PLY type names (both spellings of the spec) -> little-endian NumPy type; writing uses the first
@@ -281,7 +282,6 @@ def header(dtype: np.dtype, count: int) -> bytes:
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-SYNC_BYTES = 256 << 20  # a large body is flushed to disk while it is written (io/device_io.py)
 
 
 def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
@@ -298,7 +298,7 @@ def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:
         if on_gpu:
             from .device_io import write_from_device  # noqa: PLC0415
 
-            write_from_device(f, body, sync_bytes=SYNC_BYTES)
+            write_from_device(f, body)
         else:
             f.write(memoryview(body.reshape(-1).view(np.uint8)))
 
@@ -307,8 +307,9 @@ def write_record_chunks(path: str | os.PathLike, dtype: np.dtype, count: int, ch
     """Write a binary PLY of `count` records atomically from `chunks`, an iterable of host [k, R]
     uint8 arrays in file order (the sampling stage's output when the cloud is not held whole).
     The file equals write_records' of the concatenated chunks; like the GPU path of write_records
-    it is flushed to disk every SYNC_BYTES, so the disk works while later chunks are made."""
-    written = unsynced = 0
+    each chunk is handed to the disk as it is written (io/writeback.py, no waiting), so the disk
+    works while later chunks are made."""
+    written = 0
     with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
         f.write(header(dtype, count))
         for raw in chunks:
@@ -318,11 +319,9 @@ def write_record_chunks(path: str | os.PathLike, dtype: np.dtype, count: int, ch
             written += raw.shape[0]
             if written > count:
                 raise MVSError(f"{path}: more than the announced {count} records")
+            start = f.tell()
             f.write(memoryview(raw.reshape(-1)))
-            unsynced += raw.nbytes
-            if unsynced >= SYNC_BYTES:
-                f.flush()
-                os.fdatasync(f.fileno())
-                unsynced = 0
+            f.flush()
+            start_writeback(f.fileno(), start, raw.nbytes)
         if written != count:
             raise MVSError(f"{path}: {written} records written, the header announces {count}")

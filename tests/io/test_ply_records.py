@@ -163,8 +163,10 @@ def test_host_pack_casts_and_places_as_the_structured_path():
             (0, dtype.itemsize)
 
 
-def test_rows_read_and_chunks_written_match_the_whole_file(tmp_path):
+def test_rows_read_and_chunks_written_match_the_whole_file(tmp_path, monkeypatch):
     """A chunk of rows is the whole body's slice; a file written chunk by chunk is write_ply's."""
+    from mvs_pipeline.io import ply_records
+
     cloud = fused_like(1000, 5)
     write_ply(tmp_path / "c.ply", cloud)
     layout = read_layout(tmp_path / "c.ply")
@@ -174,8 +176,12 @@ def test_rows_read_and_chunks_written_match_the_whole_file(tmp_path):
     with pytest.raises(ValueError, match="outside"):
         read_record_rows(tmp_path / "c.ply", layout, 10, 1001)
     dtype = cloud_dtype(cloud)
+    handed = []  # each chunk's range goes to the disk as it is written, without waiting
+    monkeypatch.setattr(ply_records, "start_writeback", lambda fd, offset, nbytes: handed.append((offset, nbytes)))
     write_record_chunks(tmp_path / "k.ply", dtype, 1000, (raw[a:a + 300] for a in range(0, 1000, 300)))
     assert (tmp_path / "k.ply").read_bytes() == (tmp_path / "c.ply").read_bytes()
+    R = dtype.itemsize
+    assert handed == [(layout.offset + a * R, min(300, 1000 - a) * R) for a in range(0, 1000, 300)]
     xyz = records_to_cloud(raw, layout.dtype, xyz_only=True)
     assert xyz.normals is None and not xyz.extra
     np.testing.assert_array_equal(xyz.xyz, cloud.xyz)
