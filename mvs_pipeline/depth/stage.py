@@ -40,6 +40,7 @@ from ..gpu.memory_budget import usable_bytes
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
+from .fusion_order import fusion_ready_order
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior, start_maps
@@ -235,6 +236,8 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
             if not pending:   # a resumed pass: its marker and its predecessor's removal may be due still
                 writer.after_writes(partial(finish_pass, passes, pss, names, cfg.depth.sync_maps))
                 continue
+            if trailing is not None:   # the views fusion's first references need come first
+                pending = fusion_ready_order(pending, sel.neighbors)
             images.prefetch((v, pss.scale) for ref in pending for v in [ref, *sel.neighbors[ref]])
             start = time.perf_counter()
             for ref in tqdm(pending, desc=f"depth {pss.id}", unit="view", disable=not progress):

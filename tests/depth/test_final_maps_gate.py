@@ -58,3 +58,51 @@ def test_written_after_each_final_map_and_at_once_when_resumed(synth_scene_facto
     counts = compute_depth_maps(cfg, scene, sel, out, "cpu", progress=False, final_maps=again)
     assert counts["depth_view_passes_computed"] == 0
     assert again.planned_views == first.planned_views and sorted(again.written_views) == first.planned_views
+
+
+def test_fusion_ready_order_puts_each_reference_after_what_it_needs():
+    from mvs_pipeline.depth.fusion_order import MAX_FUSION_NEIGHBORS, fusion_ready_order
+    from mvs_pipeline.fusion.layout import MAX_NEIGHBORS
+
+    assert MAX_FUSION_NEIGHBORS == MAX_NEIGHBORS   # the neighbours fusion reads, no more
+    # a courtyard-like graph: view r's neighbours are far apart in index
+    neighbors = [[5, 3], [4, 0], [5], [1, 2], [3], [0, 4]]
+    assert fusion_ready_order([0, 1, 2, 3, 4, 5], neighbors) == [0, 5, 3, 1, 4, 2]
+    # views not pending (resumed) are left out; each pending view appears once
+    assert fusion_ready_order([1, 2, 4], neighbors) == [1, 4, 2]
+    # neighbours near in index (a street): view_idx order
+    street = [[i + 1] if i < 5 else [i - 1] for i in range(6)]
+    assert fusion_ready_order(range(6), street) == list(range(6))
+    # a view whose last neighbours are beyond the 32 fusion reads does not pull them in early
+    many = [list(range(1, 41))] + [[0]] * 40
+    assert fusion_ready_order(range(41), many)[:33] == list(range(33))
+
+
+def test_the_final_pass_runs_in_fusion_ready_order_only_with_fusion_beside_it(synth_scene_factory, tmp_path,
+                                                                             monkeypatch):
+    """With a fusion beside it the final pass computes views in fusion_ready_order; the maps are those of a
+    run in view_idx order, byte for byte (a view's seed does not depend on the order)."""
+    from mvs_pipeline.depth import stage as depth_stage
+    from mvs_pipeline.depth.fusion_order import fusion_ready_order
+
+    cfg, scene, sel, out = _prepared(synth_scene_factory, tmp_path)
+    order = []
+    compute_view = depth_stage.compute_view
+    monkeypatch.setattr(depth_stage, "compute_view",
+                        lambda cfg, scene, sel, ref, passes, index, *a, **k: (order.append((index, ref)),
+                                                                             compute_view(cfg, scene, sel, ref, passes,
+                                                                                          index, *a, **k))[1])
+    # reversed neighbour lists make the fusion-ready order differ from view_idx order
+    sel.neighbors = [list(reversed(n)) for n in sel.neighbors]
+    compute_depth_maps(cfg, scene, sel, out, "cpu", progress=False, final_maps=Recorder(out / "stereo", scene))
+    last = max(i for i, _ in order)
+    want = fusion_ready_order(range(scene.num_views), sel.neighbors)
+    assert want != list(range(scene.num_views))
+    assert [r for i, r in order if i == last] == want
+    assert all([r for i, r in order if i == k] == list(range(scene.num_views)) for k in range(last))
+    stereo = out / "stereo"
+    with_fusion = {p.name: p.read_bytes() for p in sorted((stereo / "depth_maps").glob("*.geometric.bin"))}
+    order.clear()
+    compute_depth_maps(cfg, scene, sel, out, "cpu", progress=False, overwrite=True)
+    assert [r for i, r in order if i == last] == list(range(scene.num_views))
+    assert with_fusion == {p.name: p.read_bytes() for p in sorted((stereo / "depth_maps").glob("*.geometric.bin"))}
