@@ -161,14 +161,23 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
 
 
 def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
-    """previews/mesh.npz: points sampled on the surface with the vertex colours blended, which the
-    report's viewer draws beside the clouds (evaluation/report.py); areas: the triangles'."""
+    """previews/mesh.npz: PREVIEW_POINTS points drawn on the surface by area with the vertex colours
+    blended, which the report's viewer draws beside the clouds (evaluation/report.py); areas: the
+    triangles'. Each point picks its triangle from the areas' running sum (a search per point), not a
+    draw per triangle as sample_surface's even density does: 55 M faces for 200 000 points."""
     from ..io.cloud_preview import PREVIEW_POINTS, write_cloud_preview  # noqa: PLC0415
-    from ..io.mesh_ply import sample_surface  # noqa: PLC0415
+    from ..io.mesh_ply import points_on_faces  # noqa: PLC0415
     from ..io.point_cloud import PointCloud  # noqa: PLC0415
 
-    area = max(float(areas.sum()), 1e-12)
-    xyz, rgb, _ = sample_surface(mesh, float(np.sqrt(area / PREVIEW_POINTS)), PREVIEW_POINTS, areas=areas)
+    cdf = np.cumsum(areas)
+    total = float(cdf[-1]) if len(cdf) else 0.0
+    rng = np.random.default_rng(0)
+    if total > 0:
+        tri = np.minimum(np.searchsorted(cdf, np.sort(rng.random(PREVIEW_POINTS)) * total, side="right"),
+                         len(cdf) - 1)
+    else:
+        tri = np.zeros(0, np.int64)
+    xyz, rgb = points_on_faces(mesh, tri, rng)
     write_cloud_preview(mesh_path, cloud=PointCloud(xyz=xyz, colors=rgb))
 
 

@@ -66,3 +66,39 @@ def test_bad_inputs_are_one_line(tmp_path):
     scene = SimpleNamespace(views=[])
     with pytest.raises(MVSError, match="no depth maps"):
         build_mesh(MeshConfig(method="tsdf"), tmp_path, scene=scene)
+
+
+def test_preview_points_lie_on_the_surface_spread_by_area(tmp_path):
+    """The preview draws its points by area: on two squares of 1 and 3 m^2 a quarter land on the first, all on
+    the squares' planes, colours blended from the vertices'."""
+    from mvs_pipeline.io.cloud_preview import PREVIEW_POINTS, read_cloud_preview
+    from mvs_pipeline.io.mesh_ply import TriangleMesh, triangle_areas, write_mesh_ply
+    from mvs_pipeline.mesh.stage import _write_preview
+
+    small = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], np.float32)
+    big = small * np.float32(np.sqrt(3)) + np.float32([5, 0, 1])
+    faces = np.array([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]], np.int32)
+    colors = np.array([[200, 0, 0]] * 4 + [[0, 0, 100]] * 4, np.uint8)
+    mesh = TriangleMesh(np.concatenate([small, big]), faces, colors)
+    areas = triangle_areas(mesh.vertices, mesh.faces)
+    np.testing.assert_allclose(areas, [0.5, 0.5, 1.5, 1.5], rtol=1e-6)
+    write_mesh_ply(tmp_path / "mesh.ply", mesh)
+    _write_preview(tmp_path / "mesh.ply", mesh, areas)
+    preview = read_cloud_preview(tmp_path / "mesh.ply")
+    xyz, rgb = preview["xyz"], preview["rgb"]
+    on_small = xyz[:, 2] == 0
+    assert len(xyz) == PREVIEW_POINTS
+    assert np.all(on_small | (np.abs(xyz[:, 2] - 1) < 1e-6))
+    assert np.all((xyz[on_small, :2] >= 0) & (xyz[on_small, :2] <= 1))
+    assert abs(on_small.mean() - 0.25) < 0.01
+    assert np.all(rgb[on_small] == [200, 0, 0]) and np.all(rgb[~on_small] == [0, 0, 100])
+
+
+def test_triangle_areas_take_float32_int32_as_float64_int64():
+    from mvs_pipeline.io.mesh_ply import triangle_areas
+
+    rng = np.random.default_rng(5)
+    v = rng.uniform(-3, 3, (300, 3)).astype(np.float32)
+    f = rng.integers(0, 300, (2000, 3))
+    np.testing.assert_array_equal(triangle_areas(v, f.astype(np.int32)), triangle_areas(v.astype(np.float64), f))
+    assert triangle_areas(v, np.zeros((0, 3), np.int32)).shape == (0,)
