@@ -121,3 +121,4 @@ def test_batches_with_halos_give_one_mesh():
         parts.append((pos, np.zeros((len(pos), 3), np.uint8), faces, key, merge))
     pos, faces, _ = merge_parts(parts)
     assert_same_up_to_numbering((pos, faces), whole)   # the halos' copies merged: nothing twice, nothing lost
+    assert parts == [] and faces.dtype == np.int32     # the batches' arrays released; 32-bit indices

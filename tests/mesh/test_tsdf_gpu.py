@@ -137,8 +137,8 @@ def test_merge_parts_on_the_device_matches_the_host(cupy, seed):
         col = (key[:, None] % 256).astype(np.uint8).repeat(3, axis=1)
         faces = rng.integers(0, nv, (int(rng.integers(300, 600)), 3)).astype(np.int32)
         parts.append((pos, col, faces, key, merge))
-    host = merge_parts(parts)
     dev = merge_parts([tuple(cupy.asarray(a) for a in p) for p in parts], cupy)
+    host = merge_parts(parts)   # empties `parts`
     assert len(host[1]) > 100
     for a, b, what in zip(host, dev, ("positions", "faces", "colours")):
         np.testing.assert_array_equal(cupy.asnumpy(b), a, err_msg=what)
