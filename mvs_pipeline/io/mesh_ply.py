@@ -16,7 +16,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 import plyfile
 
@@ -58,22 +57,11 @@ def triangle_areas(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.float64)
     v = np.asarray(vertices)
     v = np.ascontiguousarray(v if v.dtype in (np.float32, np.float64) else v.astype(np.float64)).reshape(-1, 3)
+    from .mesh_areas import triangle_areas_into  # noqa: PLC0415 (Numba: imported when a mesh is measured)
+
     out = np.empty(len(f), np.float64)
-    _areas(v, f, out)
+    triangle_areas_into(v, f, out)
     return out
-
-
-@numba.njit(cache=True, parallel=True)
-def _areas(v, f, out):
-    for k in numba.prange(f.shape[0]):
-        a, b, c = f[k, 0], f[k, 1], f[k, 2]
-        ax, ay, az = np.float64(v[a, 0]), np.float64(v[a, 1]), np.float64(v[a, 2])
-        bx, by, bz = np.float64(v[b, 0]) - ax, np.float64(v[b, 1]) - ay, np.float64(v[b, 2]) - az
-        cx, cy, cz = np.float64(v[c, 0]) - ax, np.float64(v[c, 1]) - ay, np.float64(v[c, 2]) - az
-        nx = by * cz - bz * cy
-        ny = bz * cx - bx * cz
-        nz = bx * cy - by * cx
-        out[k] = 0.5 * np.sqrt(nx * nx + ny * ny + nz * nz)
 
 
 def _mesh_parts(mesh: TriangleMesh) -> tuple[bytes, np.ndarray, np.ndarray]:

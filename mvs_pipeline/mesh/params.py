@@ -81,12 +81,12 @@ class MeshConfig:
         "a voxel enters marching cubes when at least this many views saw a surface within the truncation of "
         "it: the TSDF's consistency check (2 = a second view agrees, like fusion.min_consistent 1; 1 = none)",
         "views", (1, 1000)))
-    # 1 (off), measured (CPU, accuracy / completeness / F1 at 2 cm, default 1 -> 0.2): courtyard 20 x 800x600
-    # seed 103 with its ground-truth maps 0.995 / 0.774 / 0.871 -> 0.987 / 0.935 / 0.960; with real maps
-    # object 10 x 320x240 seed 101 0.965 / 0.777 / 0.861 -> 0.963 / 0.778 / 0.860, seed 139 0.977 / 0.824 /
-    # 0.894 both, courtyard 10 x 400x300 seed 103 0.553 / 0.253 / 0.347 -> 0.530 / 0.268 / 0.356: the GPU's
-    # courtyard 20 x 800x600 decides (docs/decisions.md).
-    incidence_floor: float = field(default=1.0, metadata=meta(
+    # 0.2, measured (accuracy / completeness / F1 at 2 cm, 1 -> 0.2): H200, courtyard 20 x 800x600 seed 103
+    # (cloud 0.937 / 0.853 / 0.893) 0.913 / 0.807 / 0.857 -> 0.901 / 0.863 / 0.882, 1.62 -> 2.76 s warm (the
+    # normal maps read, +14 % faces); CPU: that courtyard's ground-truth maps 0.995 / 0.774 / 0.871 -> 0.987 /
+    # 0.935 / 0.960, object 10 x 320x240 seed 101 0.965 / 0.777 / 0.861 -> 0.963 / 0.778 / 0.860, seed 139
+    # 0.977 / 0.824 / 0.894 both. 0.2 brings the courtyard's F1 within 0.02 of the cloud's (docs/decisions.md).
+    incidence_floor: float = field(default=0.2, metadata=meta(
         "a view is a surface view of a voxel (min_surface_views) when (d - z) |n . r| < truncation, |n . r| its "
         "pixel's normal (normal map, else the depth's slopes) against its ray, at least this: the distance "
         "along the normal, so oblique views count as head-on ones do (1 = the projective d - z)", "cosine",
