@@ -86,14 +86,14 @@ def test_run_compiles_ahead_only_while_the_depth_twin_is_uncached(synth_scene_fa
     calls = []
     real_start = compile_ahead.start
 
-    def recorded_start(config_path, stages, evaluate_clouds):
-        calls.append((Path(config_path).is_file(), list(stages), evaluate_clouds))
+    def recorded_start(config_path, stages, evaluate_clouds, backend):
+        calls.append((Path(config_path).is_file(), list(stages), evaluate_clouds, backend))
         return None
 
     monkeypatch.setattr(compile_ahead, "start", recorded_start)
     out = tmp_path / "out"
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views,depth,fusion"]) == 0
-    assert calls == [(True, ["load", "views", "depth", "fusion"], True)]   # synth scenes have scans
+    assert calls == [(True, ["load", "views", "depth", "fusion"], True, "cpu")]   # synth scenes have scans
     monkeypatch.setattr(compile_ahead, "start", real_start)
     assert compile_ahead._compiled(compile_ahead._marker()) == {"depth"}
     assert compile_ahead.start(out / "config.resolved.yaml", ["fusion", "sampling", "evaluate"], True) is None
@@ -135,3 +135,66 @@ def test_stop_ends_the_compile_and_removes_its_scene(synth_scene_factory, tmp_pa
     # the compile's handler existed (a loaded CI machine): Python then exits by the signal itself
     assert process.returncode in (1, 0, -signal.SIGINT), process.stderr.read()
     assert list(temp.iterdir()) == []
+
+
+def test_on_the_gpu_start_asks_for_cupys_kernels_whatever_the_depth_twin(tmp_path, monkeypatch):
+    """backend cuda: the items are cuda-prefixed, recorded apart from the CPU twins, and the CPU's "depth"
+    (no idle core) does not stop them: a GPU run's later stages wait for NVRTC otherwise."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    started = []
+    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or "process")
+    config = tmp_path / "config.resolved.yaml"
+    compile_ahead.record("depth", "fusion", "sampling", "evaluate", "scans")   # the CPU's, all of them
+    assert compile_ahead.start(config, ["depth", "fusion", "sampling", "evaluate"], True) is None
+    assert compile_ahead.start(config, ["depth", "fusion", "sampling", "evaluate"], True, backend="cuda") == "process"
+    assert started[-1][-5:] == [str(config), "cuda:fusion", "cuda:sampling", "cuda:evaluate", "cuda:scans"]
+    compile_ahead.record("cuda:fusion", "cuda:sampling", "cuda:evaluate")
+    assert compile_ahead.start(config, ["fusion", "sampling", "evaluate"], False, backend="cuda") is None
+    assert compile_ahead.start(config, ["fusion", "sampling", "evaluate"], True, backend="cuda") == "process"
+    assert started[-1][-2:] == ["cuda:evaluate", "cuda:scans"] and len(started) == 2
+
+
+def test_main_runs_cuda_items_on_the_gpu_and_records_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_ahead.os, "nice", lambda n: 0)
+    ran = []
+    monkeypatch.setattr(compile_ahead, "compile_later_stages", lambda *a: ran.append(a))
+    config = tmp_path / "config.resolved.yaml"
+    assert compile_ahead.main([str(config), "cuda:fusion", "cuda:sampling", "cuda:scans"]) == 0
+    assert compile_ahead.main([str(config), "evaluate"]) == 0
+    assert ran == [(config, ["fusion", "sampling"], True, "cuda"), (config, ["evaluate"], False, "cpu")]
+    assert compile_ahead._compiled(compile_ahead._marker()) == {"cuda:fusion", "cuda:sampling", "cuda:scans", "evaluate"}
+
+
+@pytest.mark.parametrize("backend, gpu_memory, cluster, wanted", [
+    ("cpu", None, False, "cpu"), ("cuda", None, False, "cuda"), ("cuda", 8.0, False, None), ("cuda", None, True, None),
+    ("cpu", None, True, None)])
+def test_run_compiles_ahead_on_the_gpu_only_without_a_budget_or_cluster(tmp_path, monkeypatch, backend, gpu_memory,
+                                                                        cluster, wanted):
+    from types import SimpleNamespace
+
+    from mvs_pipeline.commands import run as run_command
+
+    asked = []
+    monkeypatch.setattr(compile_ahead, "start", lambda *a, **k: asked.append(k["backend"]))
+    ctx = SimpleNamespace(backend=backend, cluster_wanted=cluster, cfg=SimpleNamespace(gpu_memory=gpu_memory),
+                          gt=None, workspace=tmp_path, out_dir=tmp_path, counts={})
+    end = run_command._compile_later_stages_ahead(ctx, ["depth", "sampling"])
+    assert asked == ([wanted] if wanted else []) and (end is None) == (wanted is None)
+
+
+@pytest.mark.gpu
+def test_the_cuda_compile_ahead_runs_the_later_stages_on_the_gpu(synth_scene_factory, tmp_path, cupy):
+    """The background process on the GPU: the tiny scene's fusion, sampling and evaluation run with the run's
+    resolved config on CUDA (filling CuPy's kernel cache) and record what they compiled."""
+    scene = synth_scene_factory("object", views=4, width=96, height=72)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), "-c", "small", "--stages", "load,views"]) == 0
+    cache = tmp_path / "numba-cache"
+    ahead = subprocess.run([sys.executable, "-m", "mvs_pipeline.compile_ahead", str(out / "config.resolved.yaml"),
+                            "cuda:fusion", "cuda:sampling", "cuda:evaluate", "cuda:scans"], env=_env(cache),
+                           capture_output=True, text=True, timeout=300)
+    assert ahead.returncode == 0, ahead.stderr
+    marker = list(cache.glob("mvs-pipeline-compiled-*"))
+    assert len(marker) == 1 and marker[0].read_text().split() == ["cuda:evaluate", "cuda:fusion", "cuda:sampling",
+                                                                  "cuda:scans"]

@@ -47,16 +47,18 @@ def register(sub) -> None:
 
 
 def _compile_later_stages_ahead(ctx: RunContext, stages: list[str]):
-    """On the CPU backend in one process, the later stages' twins compile in the background while
-    the depth stage compiles and runs (compile_ahead.py); returns what stops that at the end of the run."""
-    if ctx.backend != "cpu" or ctx.cluster_wanted:
+    """In one process, the later stages' CPU twins or (on the GPU, without a memory budget) CuPy kernels
+    compile in the background while the depth stage runs (compile_ahead.py); returns what stops that
+    at the end of the run."""
+    if ctx.cluster_wanted or ctx.backend not in ("cpu", "cuda") or (ctx.backend == "cuda" and ctx.cfg.gpu_memory is not None):
         return None
     scans = ctx.gt is not None or find_gt_mlp(ctx.workspace) is not None
-    process = compile_ahead.start(ctx.out_dir / "config.resolved.yaml", stages, evaluate_clouds=scans)
+    process = compile_ahead.start(ctx.out_dir / "config.resolved.yaml", stages, evaluate_clouds=scans,
+                                  backend=ctx.backend)
 
     def end() -> None:
         compile_ahead.stop(process)
-        if ctx.counts.get("depth_view_passes_computed"):   # the depth twin ran here, so it is cached now
+        if ctx.backend == "cpu" and ctx.counts.get("depth_view_passes_computed"):   # the depth twin is cached now
             compile_ahead.record("depth")
     return end
 
