@@ -430,8 +430,10 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
 
+    from .depth.passes import final_map_type  # noqa: PLC0415
+
     cfg = ctx.cfg
-    final_type = "geometric" if cfg.depth.geometric_passes > 0 else "photometric"
+    final_type = final_map_type(cfg.depth)
     # --resume-only: fusion's fingerprint check decides whether it may run, which this would bypass
     if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.cluster_wanted \
             or ctx.resume_only or cfg.fusion.map_type not in ("auto", final_type) \

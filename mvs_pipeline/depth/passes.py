@@ -103,6 +103,12 @@ def pending_per_pass(passes: list[DepthPass], names: list[str], overwrite: bool)
     return pending
 
 
+def final_map_type(cfg: DepthConfig) -> str:
+    """The file type of the final pass's maps (what fusion reads by default): geometric, or photometric
+    when the config has no geometric passes (plan_passes' last pass)."""
+    return "geometric" if cfg.geometric_passes > 0 else "photometric"
+
+
 def pass_id(scale: int, kind: str, repeat: int) -> str:
     """`s<scale>_photometric` or `s<scale>_geometric<repeat>`: the pass's folder name."""
     return f"s{scale}_{kind}" + (f"{repeat}" if kind == "geometric" else "")

@@ -131,7 +131,7 @@ class _CpuEngine:
         self.peak_bytes = 0
         self.pool = None  # cpu.SlabPool once opened
         self.free: list[int] = []
-        self.share = CACHE_SHARE
+        self.share = CACHE_SHARE   # make_engine sets it
 
     def budget_bytes(self) -> int:
         return int(self.share * _available_host_memory())
@@ -176,7 +176,7 @@ class _CudaEngine:
         self.pool = self.cp.get_default_memory_pool()
         self.peak_bytes = 0
         self._out: dict | None = None
-        self.share = CACHE_SHARE
+        self.share = CACHE_SHARE   # make_engine sets it
 
     def budget_bytes(self) -> int:
         return int(self.share * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
@@ -235,12 +235,16 @@ def _available_host_memory() -> int:
         return 8 << 30
 
 
-def make_engine(backend: str):
+def make_engine(backend: str, share: float = CACHE_SHARE):
+    """The fusion engine of `backend`, its view cache within `share` of the free memory."""
     if backend == "cuda":
-        return _CudaEngine()
-    if backend == "cpu":
-        return _CpuEngine()
-    raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
+        engine = _CudaEngine()
+    elif backend == "cpu":
+        engine = _CpuEngine()
+    else:
+        raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
+    engine.share = share
+    return engine
 
 
 # the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius
@@ -460,9 +464,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         log.warning("fusion: no view has enough neighbours with maps; the cloud is empty")
         return
     plan = [[r, *nbrs[r]] for r in refs]
-    engine = make_engine(backend)
-    if gate is not None:
-        engine.share = TRAILING_CACHE_SHARE
+    engine = make_engine(backend, CACHE_SHARE if gate is None else TRAILING_CACHE_SHARE)
     capacity = _capacity(cfg, engine, inputs, plan)
     stats["cache_views"] = capacity
     cams = {v: camera_block(view.K, view.R, view.t) for v, view in enumerate(scene.views)}
