@@ -47,13 +47,24 @@ class MeshConfig:
     poisson_max_points: int | None = field(default=3_000_000, metadata=meta(
         "with poisson_depth null: the depth is lowered until the cloud pooled to half an octree cell has at "
         "most this many points (the solve's time grows with them; null = no cap)", "points", (1000, 10**10)))
-    # 3, measured (object 10x320x240, one Poisson solve trimmed at each distance; accuracy / F1 at 2 cm,
-    # the cloud's 0.977 / 0.871): 1.5 -> 0.983 / 0.861, 2 -> 0.981 / 0.866, 3 -> 0.977 / 0.870,
-    # 5 -> 0.970 / 0.874, 10 -> 0.949 / 0.873: 3 keeps the cloud's accuracy; the mesh's area grows from
-    # 4.6 to 21 m^2 between 1.5 and 10 (the sheets across holes and under the ground's edge).
+    # 1.5, measured (CPU, one Poisson solve trimmed at k cells; accuracy / completeness / F1 at 2 cm):
+    # courtyard 20 x 800x600 seed 103 fused from its ground-truth maps (cloud 0.995 / 0.925 / 0.959; depth
+    # 10, cell 3.4 cm, spacing 2.9 mm): 1 -> 0.990 / 0.949 / 0.969, 1.5 -> 0.984 / 0.956 / 0.970, 2 ->
+    # 0.979 / 0.960 / 0.969, 3 -> 0.969 / 0.963 / 0.966, 5 -> 0.958 / 0.967 / 0.962; object 10x320x240
+    # seed 101, real maps (cloud 0.974 / 0.777 / 0.865; depth 11, cell 2.9 mm, spacing 2.1 mm): 1.5 ->
+    # 0.981 / 0.753 / 0.852, 2 -> 0.980 / 0.763 / 0.858, 3 -> 0.974 / 0.773 / 0.862. The depth cap makes a
+    # courtyard's cell 3.4-4 cm, where 3 cells kept 10-12 cm of filled-in sheet (H200: mesh accuracy 0.884
+    # against the cloud's 0.937, #39's missing goal). docs/decisions.md.
+    trim_cells: float = field(default=1.5, metadata=meta(
+        "remove Poisson vertices farther from every (pooled) fused point than this many octree cells, or "
+        "trim_spacings point spacings where that is farther: the sheets Poisson fills across holes and "
+        "around the scene", "cells", (0.5, 1000.0)))
+    # 3: randomly placed points leave gaps of several median spacings on surface they cover (8000 points
+    # on a sphere: 1.5 spacings kept 1.67 of its 3.14 m^2, 3 kept 3.12); the cell term decides once the
+    # cell is coarser than the points (a capped depth), this one where the points are sparse.
     trim_spacings: float = field(default=3.0, metadata=meta(
-        "remove Poisson vertices farther from every fused point than this many max(point spacing, octree "
-        "cell): the sheets Poisson fills across holes and around the scene", "spacings", (0.5, 1000.0)))
+        "the trim distance is at least this many point spacings (median nearest-neighbour distance)",
+        "spacings", (0.5, 1000.0)))
     # TSDF
     voxel_size: float | None = field(default=None, metadata=meta(
         "TSDF voxel edge (null = voxel_pixels times the median pixel footprint, i.e. median depth / focal "

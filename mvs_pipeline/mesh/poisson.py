@@ -22,10 +22,11 @@ is not read), and pycolmap's poisson_meshing has no confidence either; the fused
 (views per point) enters through the pooling's weights.
 
 Trimming (a measured rule on the cloud's own density, not a fixed density threshold): Poisson
-closes the surface across holes and around the scene; a vertex farther from every fused point
-than `trim_spacings` times max(point spacing, octree cell) lies on such a filled-in sheet and is
-removed with its faces. On surface that the cloud covers, vertices are within about a cell of a
-point, so the mesh never empties.
+closes the surface across holes and around the scene; a vertex farther from every (pooled) fused
+point than max(`trim_cells` octree cells, `trim_spacings` point spacings) lies on such a filled-in
+sheet and is removed with its faces. On surface that the cloud covers, vertices are within about a
+cell of a point where the cell is the coarser, and within a few spacings where the points are (gaps
+between randomly placed points reach several median spacings), so the mesh never empties.
 
 Vertex colours: Open3D interpolates the cloud's colours.
 """
@@ -102,7 +103,7 @@ def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None =
 
 
 def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: float = 1.5,
-                 trim_spacings: float = 3.0, spacing: float | None = None, threads: int = -1,
+                 trim_cells: float = 1.5, trim_spacings: float = 3.0, spacing: float | None = None, threads: int = -1,
                  backend: str = "cpu", solver: str = "open3d",
                  max_points: int | None = None, memory_budget: int | None = None) -> tuple[TriangleMesh, dict]:
     """The trimmed screened-Poisson mesh of an oriented cloud, and counts; solver: open3d or colmap
@@ -135,8 +136,8 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     t_solve = time.perf_counter() - t0
     t_solver_only = time.perf_counter() - t_pool
     raw_faces = len(faces)
-    # trim: vertices farther from the cloud than trim_spacings * max(spacing, cell)
-    limit = trim_spacings * max(spacing, cell)
+    # trim: vertices farther from the cloud than max(trim_cells * cell, trim_spacings * spacing)
+    limit = max(trim_cells * cell, trim_spacings * spacing)
     dist, _ = cKDTree(np.asarray(points.xyz, np.float64)).query(verts, k=1, distance_upper_bound=limit, workers=-1)
     keep_v = np.isfinite(dist)
     faces = faces[keep_v[faces].all(axis=1)]

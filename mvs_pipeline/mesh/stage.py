@@ -1,7 +1,8 @@
 """The optional `mesh` stage: OUT/mesh.ply, a triangle mesh of the run's surface.
 
     method poisson (poisson.py): screened Poisson of OUT/fused.ply (its normals; support weights the
-                   pooling of dense clouds), trimmed to within a few point spacings of the cloud,
+                   pooling of dense clouds), trimmed to within 1.5 octree cells or 3 point spacings
+                   of the cloud (the farther),
                    vertex colours from the cloud. The solve runs on the host (Open3D); with backend
                    cuda the depth cap's count and the pooling run on the GPU, within the run's budget
                    and at most octree_pool.MESH_GPU_BYTES.
@@ -124,7 +125,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
             raise MVSError(f"mesh (poisson): {cloud_path} not found; run the fusion stage first")
         cloud = read_ply(cloud_path)
         mesh, counts = poisson_mesh(cloud, depth=cfg.poisson_depth, cell_spacings=cfg.poisson_cell_spacings,
-                                    trim_spacings=cfg.trim_spacings, max_points=cfg.poisson_max_points,
+                                    trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings, max_points=cfg.poisson_max_points,
                                     backend=backend)
         settings = {"poisson_depth": counts["mesh_poisson_depth"], "trim_distance": counts["mesh_trim_distance"]}
     elif cfg.method == "tsdf":

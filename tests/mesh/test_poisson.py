@@ -40,7 +40,7 @@ def test_sampled_sphere_gives_the_sphere():
 
 def test_trimming_removes_the_filled_in_sheet_but_keeps_the_surface():
     cloud = sphere_cloud(15000, cap=0.0)   # the upper half only: Poisson extends it below the cut
-    untrimmed, _ = poisson_mesh(cloud, trim_spacings=1e6)
+    untrimmed, _ = poisson_mesh(cloud, trim_cells=1e6, trim_spacings=1e6)
     mesh, counts = poisson_mesh(cloud)
     v = mesh.vertices.astype(np.float64)
     assert untrimmed.vertices[:, 2].min() < -0.1 and untrimmed.area() > 1.25 * 2 * np.pi * 0.25
@@ -129,3 +129,17 @@ def test_pycolmap_solver_gives_the_sphere_too():
     assert np.abs(r - 0.5).max() < 2 * counts["mesh_poisson_cell"]
     assert abs(mesh.area() - np.pi) < 0.03 * np.pi
     assert mesh.colors is not None
+
+
+def test_the_trim_distance_is_the_farther_of_cells_and_spacings():
+    """A coarse octree (a capped or explicit low depth) trims at trim_cells cells, a fine one over sparse points
+    at trim_spacings point spacings: random points leave gaps of several spacings on covered surface."""
+    cloud = sphere_cloud(20000)
+    coarse, c = poisson_mesh(cloud, depth=6)
+    assert 1.5 * c["mesh_poisson_cell"] > 3 * c["mesh_point_spacing"]
+    assert c["mesh_trim_distance"] == pytest.approx(1.5 * c["mesh_poisson_cell"], rel=1e-4)
+    fine, f = poisson_mesh(cloud, depth=9)
+    assert 3 * f["mesh_point_spacing"] > 1.5 * f["mesh_poisson_cell"]
+    assert f["mesh_trim_distance"] == pytest.approx(3 * f["mesh_point_spacing"], rel=1e-4)
+    for mesh in (coarse, fine):   # either way the covered sphere keeps its area
+        assert abs(mesh.area() - np.pi) < 0.05 * np.pi
