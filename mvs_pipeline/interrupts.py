@@ -4,7 +4,12 @@ Python runs a signal handler between two bytecodes of the main thread, wherever 
 inside a weakref callback or a `__del__` (Numba's type cache frees entries that way during garbage
 collection), the exception cannot propagate: Python prints "Exception ignored in ..." with a traceback
 and the run carries on as if nothing had been asked. `interrupt_handling` catches that case and sends
-the signal again, so it is raised in the code that was running instead."""
+the signal again, so it is raised in the code that was running instead.
+
+Code that catches the exception silently is a case the hook never sees (CI, session 26: a Ctrl-C sent
+during a loaded machine's depth stage was ignored and the run finished with exit 0; not reproduced in
+60 tries since). So the handlers also record the signal, and the long loops (each depth view, each
+stage) call `raise_if_interrupted()`, which raises it again if it was lost: a run stops within a view."""
 
 from __future__ import annotations
 
@@ -21,8 +26,28 @@ from .errors import Interrupted
 _REDELIVERY_DELAY_S = 0.01
 
 
+_requested: int | None = None   # the signal a handler of interrupt_handling received, until it ends
+
+
 def _raise_interrupted(signum, _frame):
+    global _requested
+    _requested = signum
     raise Interrupted(signum)
+
+
+def _raise_keyboard_interrupt(signum, _frame):
+    global _requested
+    _requested = signum
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raise again a SIGINT or SIGTERM received under interrupt_handling: called where a run may go on
+    (between views and stages), it only raises when the first exception was swallowed on its way."""
+    if _requested is not None:
+        if _requested == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(_requested)
 
 
 def _redeliver_swallowed_interrupt(unraisable, *, fallback):
@@ -46,12 +71,15 @@ def interrupt_handling():
 
     pycolmap installs glog's failure handler for SIGTERM when it is imported, which prints a C
     stack and kills the process; importing it first lets our handler replace glog's."""
+    global _requested
     importlib.import_module("pycolmap")
     try:
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     except ValueError:  # called from a thread other than the main one: leave signals alone
         yield
         return
+    _requested = None
+    previous_int = signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _redeliver_swallowed_interrupt(unraisable, fallback=previous_hook)
     try:
@@ -59,3 +87,5 @@ def interrupt_handling():
     finally:
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        _requested = None

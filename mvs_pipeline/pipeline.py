@@ -25,6 +25,7 @@ from .config.schema import PipelineConfig
 from .errors import MVSError
 from .gpu.backend import resolve_backend
 from .gpu.memory_errors import first_line, is_gpu_out_of_memory
+from .interrupts import raise_if_interrupted
 from .io.atomic import atomic_write_text, remove_leftovers
 from .io.disk import is_disk_error
 from .io.folder_lock import output_folder_lock
@@ -359,6 +360,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
     last_cluster_stage = (_cluster_stages(stages) or [None])[-1]
     try:
         for name in stages:
+            raise_if_interrupted()   # a Ctrl-C that a stage's code swallowed stops the run here (interrupts.py)
             t0 = time.perf_counter()
             started = time.time()
             if name != "load":  # the stages after load read the resolved values (the views stage's own run too)
@@ -387,6 +389,7 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             if name == "depth" and "fusion" in stages:
                 _start_trailing_fusion(ctx, stack)
             STAGE_RUNNERS[name](ctx)
+            raise_if_interrupted()   # before the record: a stage that lost an interrupt is not taken as done
             fingerprints.after_stage(ctx, name, chain)
             if name == "depth" and "evaluate" in stages:
                 _start_early_evaluation(ctx, stack)

@@ -60,3 +60,52 @@ def test_other_unraisable_exceptions_are_still_printed():
                           env=child_env(), timeout=120)
     assert proc.stdout.strip() == "went on"
     assert "ValueError: from a callback" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_that_code_swallowed_is_raised_again_at_the_next_check(sig):
+    from mvs_pipeline.errors import Interrupted
+    from mvs_pipeline.interrupts import interrupt_handling, raise_if_interrupted
+
+    raise_if_interrupted()   # nothing asked: nothing raised
+    with interrupt_handling():
+        try:
+            signal.raise_signal(sig)
+        except KeyboardInterrupt:
+            pass   # what a library's broad handler does
+        with pytest.raises(KeyboardInterrupt) as caught:
+            raise_if_interrupted()
+        assert isinstance(caught.value, Interrupted) == (sig == signal.SIGTERM)
+    raise_if_interrupted()   # interrupt_handling's end forgets it: a next command in this process runs
+
+
+def test_a_depth_stage_that_swallows_ctrl_c_stops_after_that_view(synth_scene_factory, tmp_path, monkeypatch, capsys):
+    """The run exits 130 after the view during which Ctrl-C was swallowed, and the depth stage is not recorded as
+    done (its fingerprint stays "running"), so a rerun checks its maps."""
+    import json
+
+    from mvs_pipeline.cli import main
+    from mvs_pipeline.depth import stage as depth_stage
+
+    scene = synth_scene_factory("object", views=4, width=96, height=72)
+    out = tmp_path / "out"
+    fast = ["--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set", "depth.geometric_passes=1",
+            "--set", "depth.multi_scale=false"]
+    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views", *fast]) == 0
+    computed = []
+    compute_view = depth_stage.compute_view
+
+    def swallowing(*args, **kwargs):
+        compute_view(*args, **kwargs)
+        computed.append(args[3])
+        if len(computed) == 2:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+
+    monkeypatch.setattr(depth_stage, "compute_view", swallowing)
+    assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "depth", *fast]) == 130
+    assert len(computed) == 2   # of 4 views x 2 passes
+    assert "interrupted by SIGINT" in capsys.readouterr().err
+    assert json.loads((out / "fingerprints" / "depth.json").read_text())["state"] == "running"

@@ -37,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..gpu.memory_budget import usable_bytes
+from ..interrupts import raise_if_interrupted
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
@@ -245,6 +246,7 @@ def compute_depth_maps(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, bac
                              ViewCaches(images, maps, writer, textures), prof,
                              on_written=None if trailing is None else partial(trailing.written, ref))
                 computed += 1
+                raise_if_interrupted()   # a Ctrl-C swallowed on its way stops the stage after this view
             # no wait for the writes here: the next pass reads this one's maps from `maps`
             seconds[pss.id] = time.perf_counter() - start
             # a pass reads only the one before it: older maps would only hold memory (at 3200x2130
