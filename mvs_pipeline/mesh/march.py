@@ -129,7 +129,7 @@ def merge_parts(parts: list[tuple], xp=np):
     at, first_vertex = 0, 0
     for p in parts:
         k = len(p[2])
-        faces[at:at + k] = p[2]
+        faces[at:at + k] = p[2].astype(itype, copy=False)
         faces[at:at + k] += first_vertex
         at, first_vertex = at + k, first_vertex + len(p[0])
     keys = xp.concatenate([p[3] for p in parts])
@@ -138,7 +138,7 @@ def merge_parts(parts: list[tuple], xp=np):
     same = xp.arange(len(pos), dtype=itype)
     if len(marked):
         _, first, inverse = xp.unique(keys[marked], return_index=True, return_inverse=True)
-        same[marked] = marked[first][inverse.reshape(-1)]
+        same[marked] = marked[first][inverse.reshape(-1)].astype(itype)
         del first, inverse
     del keys, marked
     faces = same[faces]
