@@ -10,6 +10,8 @@ scoring; or /usr/bin/time -v around it) is the solve's:
     python benchmarks/bench_poisson.py --run OUT --gt ... --cloud      # the fused cloud's own scores and the default depth
 
 --depth omitted: the stage's rule (mesh.poisson_depth null: poisson.choose_depth, with its cap).
+--trim-cells 1,1.5,2,3: one solve, then the mesh trimmed at each of these many octree cells (at least
+mesh.trim_spacings point spacings, as the stage does) and scored: the sweep behind mesh.trim_cells.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cloud", action="store_true", help="score fused.ply and print the rule's depth only")
     ap.add_argument("--mesh-out", type=Path, help="write the trimmed mesh here")
     ap.add_argument("--sample-spacing", type=float, default=0.0025)
+    ap.add_argument("--trim-cells", help="comma-separated trims in octree cells: one solve, each trim scored")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
@@ -52,6 +55,8 @@ def main(argv=None) -> int:
         row["rule"] = rule_depth(cloud, cfg.poisson_cell_spacings, cfg.poisson_max_points)
         if args.gt:
             row["cloud_scores"] = scores(args.run / "fused.ply", load_scans(args.gt), "cpu", args.sample_spacing)
+    elif args.trim_cells:
+        row["trims"] = trim_sweep(cloud, cfg, args, [float(k) for k in args.trim_cells.split(",")])
     else:
         t1 = time.perf_counter()
         mesh, counts = poisson_mesh(cloud, depth=args.depth, cell_spacings=cfg.poisson_cell_spacings,
@@ -68,6 +73,33 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(row, indent=1))
     return 0
+
+
+def trim_sweep(cloud, cfg: MeshConfig, args, trims: list[float]) -> list[dict]:
+    """The untrimmed mesh of one solve, trimmed to within max(k cells, cfg.trim_spacings spacings) of the
+    points the stage solves (the pooled cloud where it pools), for each k; each scored with --gt."""
+    from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
+    from mvs_pipeline.mesh.octree_pool import pooled_for_octree  # noqa: PLC0415
+    from mvs_pipeline.mesh.poisson import trim_to_cloud  # noqa: PLC0415
+
+    untrimmed, counts = poisson_mesh(cloud, depth=args.depth, cell_spacings=cfg.poisson_cell_spacings, trim_cells=1e9,
+                                     trim_spacings=1e9, max_points=cfg.poisson_max_points, solver=args.solver)
+    cell, spacing = counts["mesh_poisson_cell"], counts["mesh_point_spacing"]
+    solved = pooled_for_octree(cloud, cell, "cpu") if counts["mesh_points_solved"] < len(cloud) else cloud
+    scans = load_scans(args.gt) if args.gt else None
+    rows = []
+    for k in trims:
+        limit = max(k * cell, cfg.trim_spacings * spacing)
+        mesh = trim_to_cloud(untrimmed.vertices, untrimmed.faces, untrimmed.colors, solved.xyz, limit)
+        path = args.mesh_out or Path("/tmp") / "bench_poisson_trim.ply"
+        write_mesh_ply(path, mesh)
+        row = {"trim_cells": k, "trim_distance": round(limit, 6), "faces": mesh.num_faces,
+               "area_m2": round(float(mesh.area()), 3)}
+        if scans is not None:
+            row["scores"] = scores(path, scans, "cpu", args.sample_spacing)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

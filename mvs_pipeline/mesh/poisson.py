@@ -112,8 +112,6 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     share of the GPU, octree_pool.gpu_budget; on the CPU no limit); the mesh does not depend on it."""
     if solver not in SOLVERS:
         raise MVSError(f"mesh (poisson): unknown solver {solver!r} ({', '.join(SOLVERS)})")
-    from scipy.spatial import cKDTree  # noqa: PLC0415
-
     check_cloud(cloud, "mesh (poisson)")
     t0 = time.perf_counter()
     # an explicit depth is never capped (max_points None: nothing counted)
@@ -138,14 +136,7 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     raw_faces = len(faces)
     # trim: vertices farther from the cloud than max(trim_cells * cell, trim_spacings * spacing)
     limit = max(trim_cells * cell, trim_spacings * spacing)
-    dist, _ = cKDTree(np.asarray(points.xyz, np.float64)).query(verts, k=1, distance_upper_bound=limit, workers=-1)
-    keep_v = np.isfinite(dist)
-    faces = faces[keep_v[faces].all(axis=1)]
-    used = np.unique(faces)
-    remap = np.full(len(verts), -1, np.int64)
-    remap[used] = np.arange(len(used))
-    out = TriangleMesh(verts[used].astype(np.float32), remap[faces].astype(np.int32),
-                       None if colors is None else colors[used])
+    out = trim_to_cloud(verts, faces, colors, points.xyz, limit)
     if out.num_faces == 0:
         raise MVSError("mesh (poisson): no face lies near the cloud after trimming; check the cloud's normals")
     counts = {"mesh_poisson_depth": depth, "mesh_poisson_spacing_depth": spacing_depth,
@@ -157,6 +148,22 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
               "mesh_poisson_seconds": round(t_solve, 3), "mesh_poisson_solver_seconds": round(t_solver_only, 3),
               "mesh_seconds_total": round(time.perf_counter() - t0, 3)}
     return out, counts
+
+
+def trim_to_cloud(verts: np.ndarray, faces: np.ndarray, colors: np.ndarray | None, points_xyz,
+                  limit: float) -> TriangleMesh:
+    """The mesh without its vertices farther than `limit` from every point of points_xyz [N, 3] and
+    their faces; vertices no face keeps are dropped (float32 vertices, int32 faces)."""
+    from scipy.spatial import cKDTree  # noqa: PLC0415
+
+    dist, _ = cKDTree(np.asarray(points_xyz, np.float64)).query(verts, k=1, distance_upper_bound=limit, workers=-1)
+    keep_v = np.isfinite(dist)
+    faces = faces[keep_v[faces].all(axis=1)]
+    used = np.unique(faces)
+    remap = np.full(len(verts), -1, np.int64)
+    remap[used] = np.arange(len(used))
+    return TriangleMesh(verts[used].astype(np.float32), remap[faces].astype(np.int32),
+                        None if colors is None else colors[used])
 
 
 def _solve_open3d(points: PointCloud, depth: int, threads: int):
