@@ -54,7 +54,8 @@ class MeshConfig:
     # seed 101, real maps (cloud 0.974 / 0.777 / 0.865; depth 11, cell 2.9 mm, spacing 2.1 mm): 1.5 ->
     # 0.981 / 0.753 / 0.852, 2 -> 0.980 / 0.763 / 0.858, 3 -> 0.974 / 0.773 / 0.862. The depth cap makes a
     # courtyard's cell 3.4-4 cm, where 3 cells kept 10-12 cm of filled-in sheet (H200: mesh accuracy 0.884
-    # against the cloud's 0.937, #39's missing goal). docs/decisions.md.
+    # against the cloud's 0.937, #39's missing goal). The object trims at 3 spacings (6.3 mm) with this:
+    # 0.978 / 0.766 / 0.859 (bench_poisson.py --trim-cells). docs/decisions.md.
     trim_cells: float = field(default=1.5, metadata=meta(
         "remove Poisson vertices farther from every (pooled) fused point than this many octree cells, or "
         "trim_spacings point spacings where that is farther: the sheets Poisson fills across holes and "
