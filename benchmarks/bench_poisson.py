@@ -60,8 +60,8 @@ def main(argv=None) -> int:
     else:
         t1 = time.perf_counter()
         mesh, counts = poisson_mesh(cloud, depth=args.depth, cell_spacings=cfg.poisson_cell_spacings,
-                                    trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings, max_points=cfg.poisson_max_points,
-                                    solver=args.solver)
+                                    trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings,
+                                    max_points=cfg.poisson_max_points, solver=args.solver)
         row.update(solver=args.solver, seconds=round(time.perf_counter() - t1, 3),
                    peak_rss_gib_after_solve=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
                    vertices=mesh.num_vertices, faces=mesh.num_faces, area_m2=round(float(mesh.area()), 3), counts=counts)

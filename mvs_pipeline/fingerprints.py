@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .config.auto import unresolved_keys
 from .config.loader import config_to_dict
+from .depth.passes import final_map_type
 from .errors import MVSError
 from .io.atomic import atomic_write_text
 from .io.cloud_preview import preview_path
@@ -110,7 +111,7 @@ def own_items(name: str, ctx) -> dict:
         # (a propagation decision flips), so kernel and CPU twin give different maps, and a resumed pass
         # must not mix the two. No other stage's outputs depend on the backend beyond rounding.
         items = {**_config_items(cfg, ("depth", "patchmatch"), ("seed",)), "backend": ctx.backend}
-        if cfg.fusion.map_type == "photometric" and cfg.depth.geometric_passes > 0:
+        if cfg.fusion.map_type == "photometric" and final_map_type(cfg.depth) != "photometric":
             # the depth stage keeps the finest photometric maps for fusion then (else they are removed
             # after the geometric passes): switching to them redoes the depth stage. Recorded only
             # then, so records of the other map types stay as they were.

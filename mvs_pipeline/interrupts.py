@@ -29,25 +29,22 @@ _REDELIVERY_DELAY_S = 0.01
 _requested: int | None = None   # the signal a handler of interrupt_handling received, until it ends
 
 
-def _raise_interrupted(signum, _frame):
-    global _requested
-    _requested = signum
-    raise Interrupted(signum)
+def _exception(signum: int) -> KeyboardInterrupt:
+    """What a signal raises: Ctrl-C Python's own KeyboardInterrupt, SIGTERM Interrupted (with its number)."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
 
 
-def _raise_keyboard_interrupt(signum, _frame):
+def _record_and_raise(signum, _frame):
     global _requested
     _requested = signum
-    raise KeyboardInterrupt
+    raise _exception(signum)
 
 
 def raise_if_interrupted() -> None:
     """Raise again a SIGINT or SIGTERM received under interrupt_handling: called where a run may go on
     (between views and stages), it only raises when the first exception was swallowed on its way."""
     if _requested is not None:
-        if _requested == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Interrupted(_requested)
+        raise _exception(_requested)
 
 
 def _redeliver_swallowed_interrupt(unraisable, *, fallback):
@@ -74,12 +71,12 @@ def interrupt_handling():
     global _requested
     importlib.import_module("pycolmap")
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = signal.signal(signal.SIGTERM, _record_and_raise)
     except ValueError:  # called from a thread other than the main one: leave signals alone
         yield
         return
     _requested = None
-    previous_int = signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    previous_int = signal.signal(signal.SIGINT, _record_and_raise)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _redeliver_swallowed_interrupt(unraisable, fallback=previous_hook)
     try:

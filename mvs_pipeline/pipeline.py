@@ -430,10 +430,9 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
     """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
     budget, no --cluster nor --resume-only, fusion.during_depth, maps of the final pass's type, nothing
     fused yet. The run's end releases it if the depth stage never wrote what it waits for."""
+    from .depth.passes import final_map_type  # noqa: PLC0415
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
-
-    from .depth.passes import final_map_type  # noqa: PLC0415
 
     cfg = ctx.cfg
     final_type = final_map_type(cfg.depth)

@@ -50,7 +50,9 @@ def _compile_later_stages_ahead(ctx: RunContext, stages: list[str]):
     """In one process, the later stages' CPU twins or (on the GPU, without a memory budget) CuPy kernels
     compile in the background while the depth stage runs (compile_ahead.py); returns what stops that
     at the end of the run."""
-    if ctx.cluster_wanted or ctx.backend not in ("cpu", "cuda") or (ctx.backend == "cuda" and ctx.cfg.gpu_memory is not None):
+    if ctx.cluster_wanted or ctx.backend not in ("cpu", "cuda"):
+        return None
+    if ctx.backend == "cuda" and ctx.cfg.gpu_memory is not None:   # its own CUDA context is outside the budget
         return None
     scans = ctx.gt is not None or find_gt_mlp(ctx.workspace) is not None
     process = compile_ahead.start(ctx.out_dir / "config.resolved.yaml", stages, evaluate_clouds=scans,

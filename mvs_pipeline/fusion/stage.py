@@ -127,11 +127,11 @@ class _CpuEngine:
     """Resident views live in slots of one SlabPool (see cpu.py); an entry is a slot number."""
     name = "cpu"
 
-    def __init__(self):
+    def __init__(self, share: float = CACHE_SHARE):
         self.peak_bytes = 0
         self.pool = None  # cpu.SlabPool once opened
         self.free: list[int] = []
-        self.share = CACHE_SHARE   # make_engine sets it
+        self.share = share   # of the free memory the view cache may take
 
     def budget_bytes(self) -> int:
         return int(self.share * _available_host_memory())
@@ -169,14 +169,14 @@ class _CudaEngine:
     """Resident views are dicts of cupy arrays (the kernel takes a table of device pointers)."""
     name = "cuda"
 
-    def __init__(self):
+    def __init__(self, share: float = CACHE_SHARE):
         from ..gpu.loader import import_cupy  # noqa: PLC0415
 
         self.cp = import_cupy()
         self.pool = self.cp.get_default_memory_pool()
         self.peak_bytes = 0
         self._out: dict | None = None
-        self.share = CACHE_SHARE   # make_engine sets it
+        self.share = share   # of the free memory the view cache may take
 
     def budget_bytes(self) -> int:
         return int(self.share * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
@@ -238,13 +238,10 @@ def _available_host_memory() -> int:
 def make_engine(backend: str, share: float = CACHE_SHARE):
     """The fusion engine of `backend`, its view cache within `share` of the free memory."""
     if backend == "cuda":
-        engine = _CudaEngine()
-    elif backend == "cpu":
-        engine = _CpuEngine()
-    else:
-        raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
-    engine.share = share
-    return engine
+        return _CudaEngine(share)
+    if backend == "cpu":
+        return _CpuEngine(share)
+    raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
 
 
 # the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius

@@ -109,14 +109,12 @@ def read_to_device(path: str | os.PathLike, offset: int, nbytes: int, chunk_byte
     return out
 
 
-def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | None = None,
-                      writeback: bool = True) -> None:
+def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | None = None) -> None:
     """Write contiguous cupy uint8 `data` to the open binary file `f` at its position (which is
     left after the data). `threads` (default: up to WRITE_THREADS, one per 4 chunks) download and
     write disjoint runs of chunks, each through its own pinned buffers and stream: one thread
-    wrote ~1.5 GB/s into the page cache (H100 machine). `writeback`: hand each written chunk to
-    the disk at once (io/writeback.py, no waiting), so that the disk works while the rest is
-    written and a final fsync (io/atomic.py) has little left to wait for. Until session 26 a
+    wrote ~1.5 GB/s into the page cache (H100 machine). Each written chunk is handed to the disk
+    at once (io/writeback.py, no waiting), so that the disk works while the rest is written and a final fsync (io/atomic.py) has little left to wait for. Until session 26 a
     thread fdatasync'ed the whole file every 64 MB instead, and waited for the disk each time:
     fused_fps.ply's 5 GB at 1000 views took 5.67 s to write (H200)."""
     import cupy  # noqa: PLC0415
@@ -139,8 +137,7 @@ def write_from_device(f, data, chunk_bytes: int = CHUNK_BYTES, threads: int | No
     def write_run(run: list[int]) -> None:
         def put(buf, pos: int, count: int) -> None:
             _pwrite_full(fd, memoryview(buf)[:count], base + pos)
-            if writeback:
-                start_writeback(fd, base + pos, count)
+            start_writeback(fd, base + pos, count)
 
         with cupy.cuda.Device(device):
             stream = cupy.cuda.Stream(non_blocking=True)

@@ -30,8 +30,8 @@ import numpy as np
 
 from ..errors import MVSError
 from .atomic import atomic_path
-from .writeback import start_writeback
 from .point_cloud import PointCloud
+from .writeback import start_writeback
 
 # PLY type names (both spellings of the spec) -> little-endian NumPy type; writing uses the first
 # name of each type, as plyfile does.
@@ -280,8 +280,6 @@ def header(dtype: np.dtype, count: int) -> bytes:
     props = [f"property {_NAMES[dtype[name].str.lstrip('<|')]} {name}" for name in dtype.names]
     lines = ["ply", "format binary_little_endian 1.0", f"element vertex {count}", *props, "end_header"]
     return ("\n".join(lines) + "\n").encode("ascii")
-
-
 
 
 def write_records(path: str | os.PathLike, dtype: np.dtype, body) -> None:

@@ -125,8 +125,8 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
             raise MVSError(f"mesh (poisson): {cloud_path} not found; run the fusion stage first")
         cloud = read_ply(cloud_path)
         mesh, counts = poisson_mesh(cloud, depth=cfg.poisson_depth, cell_spacings=cfg.poisson_cell_spacings,
-                                    trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings, max_points=cfg.poisson_max_points,
-                                    backend=backend)
+                                    trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings,
+                                    max_points=cfg.poisson_max_points, backend=backend)
         settings = {"poisson_depth": counts["mesh_poisson_depth"], "trim_distance": counts["mesh_trim_distance"]}
     elif cfg.method == "tsdf":
         from .tsdf import pixel_footprint, tsdf_mesh  # noqa: PLC0415
