@@ -133,11 +133,14 @@ def own_items(name: str, ctx) -> dict:
     if name == "mesh":
         # poisson reads fused.ply (its stamp, as sampling); tsdf the depth maps, masks and images
         items = {**_config_items(cfg, ("mesh",)), "files read": {"fused.ply": stamp(out / "fused.ply")}}
+        silhouettes = bool(cfg.fusion.mask_silhouettes and cfg.fusion.mask_dir is not None)
         if cfg.mesh.method == "tsdf":
             items["backend"] = ctx.backend   # the kernel and the twin agree, but TSDF sums are float32
             items["stereo/depth_maps"] = tree_stamps(out / "stereo" / "depth_maps", "*.bin")
-            if cfg.fusion.mask_dir is not None:
-                items["masks"] = tree_stamps(Path(cfg.fusion.mask_dir))
+        if silhouettes:
+            items["silhouettes"] = True   # the faces leaving a mask are removed (mesh/silhouette_carve.py)
+        if cfg.fusion.mask_dir is not None and (cfg.mesh.method == "tsdf" or silhouettes):
+            items["masks"] = tree_stamps(Path(cfg.fusion.mask_dir))
         return items
     if name == "evaluate":
         return {**_config_items(cfg, ("evaluate",)), "gt": None if ctx.gt is None else str(Path(ctx.gt).resolve()),

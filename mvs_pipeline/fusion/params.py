@@ -131,7 +131,8 @@ class FusionConfig:
     mask_silhouettes: bool = field(default=False, metadata=meta(
         "with mask_dir: the masks are object silhouettes (DTU-style), so a point is dropped where it projects "
         "onto a zero pixel of any view that has it in front and inside the frame (fusion/silhouettes.py; "
-        "false for masks of occluders or sky, which hide real surface)"))
+        "false for masks of occluders or sky, which hide real surface); the mesh stage then removes the faces that "
+        "leave a mask (mesh/silhouette_carve.py)"))
     load_threads: int = field(default=8, metadata=meta(
         "threads loading views (maps, image, pixel filters) at once, at most the cores; twice as many views are "
         "read ahead. Changes no output", "threads", (1, 64)))

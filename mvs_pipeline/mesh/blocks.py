@@ -67,14 +67,17 @@ def _view_blocks(xp, low, high, bs: float):
     code = xp.unique(code)   # a box per distinct (lowest block, span): few, pixels lie < 1 voxel apart
     s, c = code % (m ** 3), code // (m ** 3)
     lo = xp.stack([c // (base * base), (c // base) % base, c % base], axis=1) + least[None, :]
-    span = xp.stack([s // (m * m), (s // m) % m, s % m], axis=1)
-    found = []
-    for dx in range(m):
-        for dy in range(m):
-            for dz in range(m):
-                off = xp.asarray(np.array([dx, dy, dz], np.int64))[None, :]
-                found.append(lo[xp.all(off <= span, axis=1)] + off)
-    return unique_blocks(xp, xp.concatenate(found))
+    ext = xp.stack([s // (m * m), (s // m) % m, s % m], axis=1) + 1   # blocks per axis of each box
+    # every box's blocks in one expansion (a loop over the m^3 offsets was ~175 masked selections a view
+    # at incidence_floor 0.2, each a device sync on CuPy: 1.75 s of the courtyard 20 x 800x600's TSDF)
+    size = ext[:, 0] * ext[:, 1] * ext[:, 2]
+    end = xp.cumsum(size)
+    at = xp.arange(int(end[-1]), dtype=xp.int64)
+    box = xp.searchsorted(end, at, side="right")
+    local = at - (end - size)[box]
+    ez, ey = ext[box, 2], ext[box, 1]
+    off = xp.stack([local // (ey * ez), (local // ez) % ey, local % ez], axis=1)
+    return unique_blocks(xp, lo[box] + off)
 
 
 def allocate_blocks(xp, dv, voxel: float, truncation: float, min_surface: int = 1, incidence_floor: float = 1.0):

@@ -44,6 +44,7 @@ from ..io.mesh_ply import TriangleMesh
 from ..io.point_cloud import PointCloud
 from .octree_count import MAX_DEPTH, SCALE, octree_points
 from .octree_pool import pooled_for_octree
+from .subset import keep_vertices
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +158,7 @@ def trim_to_cloud(verts: np.ndarray, faces: np.ndarray, colors: np.ndarray | Non
     from scipy.spatial import cKDTree  # noqa: PLC0415
 
     dist, _ = cKDTree(np.asarray(points_xyz, np.float64)).query(verts, k=1, distance_upper_bound=limit, workers=-1)
-    keep_v = np.isfinite(dist)
-    faces = faces[keep_v[faces].all(axis=1)]
-    used = np.unique(faces)
-    remap = np.full(len(verts), -1, np.int64)
-    remap[used] = np.arange(len(used))
-    return TriangleMesh(verts[used].astype(np.float32), remap[faces].astype(np.int32),
-                        None if colors is None else colors[used])
+    return keep_vertices(verts, faces, colors, np.isfinite(dist))
 
 
 def _solve_open3d(points: PointCloud, depth: int, threads: int):

@@ -12,6 +12,9 @@
                    cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu or their Numba twins in cpu.py), vertex
                    colours from the images.
 
+With fusion.mask_silhouettes (and fusion.mask_dir) the faces that leave an object mask in some view are
+removed, as fusion removes such points (silhouette_carve.py).
+
 Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
 and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
 when both exist, unless overwrite; whether they are current is the stage fingerprint's
@@ -103,9 +106,10 @@ def _load_view(view, path: Path, mask_dir, normal_path: Path | None) -> tuple[np
     return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), cos
 
 
-def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, backend: str = "cpu",
-               overwrite: bool = False) -> dict:
-    """Write OUT/mesh.ply by cfg.method; returns the record written to OUT/mesh.json."""
+def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, silhouettes: bool = False,
+               backend: str = "cpu", overwrite: bool = False) -> dict:
+    """Write OUT/mesh.ply by cfg.method; returns the record written to OUT/mesh.json. silhouettes: the masks
+    in mask_dir are the object's silhouettes (fusion.mask_silhouettes): faces leaving one are removed."""
     out_dir = Path(out_dir)
     mesh_path, record_path = out_dir / MESH_NAME, out_dir / RECORD_NAME
     if not overwrite and mesh_path.is_file() and record_path.is_file():
@@ -147,6 +151,18 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
         counts["mesh_load_seconds"] = round(seconds_load, 3)
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
+    if silhouettes and mask_dir is not None:
+        from .silhouette_carve import carve_to_silhouettes  # noqa: PLC0415
+
+        if scene is None:
+            raise MVSError("mesh: the run's scene is needed for the silhouettes (OUT/sparse)")
+        tc = time.perf_counter()
+        mesh, carved = carve_to_silhouettes(mesh, scene, mask_dir, _array_module(backend))
+        counts.update(carved, mesh_silhouette_seconds=round(time.perf_counter() - tc, 3))
+        settings["silhouettes"] = str(mask_dir)
+        if mesh.num_faces == 0:
+            raise MVSError(f"mesh: no face lies inside the object masks of {mask_dir} (fusion.mask_silhouettes); "
+                           f"check that the masks belong to these images")
     tw = time.perf_counter()
     write_mesh_ply(mesh_path, mesh)
     areas = triangle_areas(mesh.vertices, mesh.faces)   # once: the record's area and the preview's sampling
@@ -159,6 +175,14 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, bac
     log.info("mesh: %s, %d vertices, %d faces (%s, %.2f s)", mesh_path, mesh.num_vertices, mesh.num_faces,
              cfg.method, record["seconds"])
     return record
+
+
+def _array_module(backend: str):
+    if backend == "cuda":
+        from ..gpu.loader import import_cupy  # noqa: PLC0415
+
+        return import_cupy()
+    return np
 
 
 def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
@@ -184,9 +208,10 @@ def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
 
 def run(ctx) -> None:
     """The pipeline's `mesh` stage: `ctx` is pipeline.RunContext."""
-    cfg = ctx.cfg.mesh
-    scene = ctx.require_scene() if cfg.method == "tsdf" else None
-    record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=ctx.cfg.fusion.mask_dir, backend=ctx.backend,
-                        overwrite=ctx.overwrite)
+    cfg, fusion = ctx.cfg.mesh, ctx.cfg.fusion
+    silhouettes = bool(fusion.mask_silhouettes and fusion.mask_dir is not None)
+    scene = ctx.require_scene() if cfg.method == "tsdf" or silhouettes else None
+    record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=fusion.mask_dir, silhouettes=silhouettes,
+                        backend=ctx.backend, overwrite=ctx.overwrite)
     ctx.counts["mesh_vertices"] = record["vertices"]
     ctx.counts["mesh_faces"] = record["faces"]

@@ -102,3 +102,23 @@ def test_triangle_areas_take_float32_int32_as_float64_int64():
     f = rng.integers(0, 300, (2000, 3))
     np.testing.assert_array_equal(triangle_areas(v, f.astype(np.int32)), triangle_areas(v.astype(np.float64), f))
     assert triangle_areas(v, np.zeros((0, 3), np.int32)).shape == (0,)
+
+
+def test_silhouettes_enter_the_mesh_chain_with_their_masks(tmp_path):
+    """fusion.mask_silhouettes carves the mesh (mesh/silhouette_carve.py): switching it, or editing a mask,
+    redoes the mesh; a Poisson mesh without silhouettes does not read the masks."""
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    (masks / "a.png.png").write_bytes(b"x")
+    cfg = load_config(None, ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
+                             "fusion.consume_pixels=false", f"fusion.mask_dir={masks}"])
+
+    def mesh_chain(silhouettes):
+        c = dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, mask_silhouettes=silhouettes))
+        return fingerprints.stage_chain("mesh", SimpleNamespace(cfg=c, out_dir=tmp_path, backend="cpu", gt=None))
+
+    plain, carved = mesh_chain(False), mesh_chain(True)
+    assert plain != carved
+    assert "masks" not in json.dumps(plain["mesh"]) and "masks" in json.dumps(carved["mesh"])
+    (masks / "a.png.png").write_bytes(b"xy")
+    assert mesh_chain(True) != carved and mesh_chain(False)["mesh"] == plain["mesh"]
