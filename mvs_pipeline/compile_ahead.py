@@ -42,6 +42,7 @@ LATER_STAGES = ("fusion", "sampling", "evaluate")
 # the tiny scene: 4 views so that every view has sources and fusion finds agreeing neighbours
 _VIEWS, _WIDTH, _HEIGHT, _SCAN_POINTS = 4, 64, 48, 20_000
 _POOL_VOXEL_M = 0.005   # m: a few fused points per voxel on the tiny object scene
+LOG_NAME = "compile_ahead.log"
 
 
 def _marker() -> Path | None:
@@ -95,23 +96,38 @@ def start(config_path: Path, stages: list[str], evaluate_clouds: bool, backend: 
         return None
     command = [sys.executable, "-m", "mvs_pipeline.compile_ahead", str(config_path), *wanted]
     log.debug("compiling the %s kernels of %s in the background: %s", backend, ", ".join(wanted), " ".join(command))
-    # its own output would land among the run's progress bars; a failure only means the run compiles them itself
-    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    # its own output would land among the run's progress bars: into a log beside the config, which stop()
+    # removes unless the compile failed or the run logs at debug level (a failure only means the run
+    # compiles them itself, but it should be findable)
+    log_path = Path(config_path).with_name(LOG_NAME)
+    try:
+        with open(log_path, "wb") as stderr:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+    except OSError:
+        return None
+    process.log_path = log_path
+    return process
 
 
 def stop(process: subprocess.Popen | None) -> None:
     """End a compile that is still running when the run ends (Numba writes each cache entry whole).
     SIGINT, not SIGTERM: pycolmap's glog handles SIGTERM by aborting with a C stack trace, which
     leaves the temporary scene behind."""
-    if process is None or process.poll() is not None:
+    if process is None:
         return
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    if process.poll() is None:
+        log.debug("the background compile is still running at the end of the run: stopped")
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log_path = getattr(process, "log_path", None)
+    if process.returncode not in (0, 1):   # 1: stopped above
+        log.debug("the background compile failed (exit %d): %s", process.returncode, log_path)
+    if log_path is not None and process.returncode == 0 and not log.isEnabledFor(logging.DEBUG):
+        log_path.unlink(missing_ok=True)
 
 
 def _write_true_maps(scene_dir: Path, out_dir: Path) -> None:
@@ -150,7 +166,10 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool, back
         run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False),
                      ["load", "views"])
         _write_true_maps(scene, out)
-        run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False), stages)
+        log.info("tiny scene ready")
+        for stage in stages:
+            run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False), [stage])
+            log.info("%s done", stage)
 
 
 def main(argv: list[str]) -> int:
@@ -164,14 +183,19 @@ def main(argv: list[str]) -> int:
     config_path, wanted = Path(argv[0]), argv[1:]
     backend = "cuda" if any(w.startswith("cuda:") for w in wanted) else "cpu"
     names = [w.split(":", 1)[-1] for w in wanted]
-    logging.basicConfig(level=logging.ERROR)
+    # its log file (start()): when each stage ended, and any error
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    log.info("compiling %s (backend %s)", " ".join(wanted), backend)
     # SIGINT (stop(), Ctrl-C) and SIGTERM as exceptions: the temporary scene is removed on the way out
     try:
         with interrupt_handling():
             compile_later_stages(config_path, [s for s in names if s in LATER_STAGES], "scans" in names, backend)
     except KeyboardInterrupt:
+        log.info("stopped")
         return 1
     record(*wanted)
+    log.info("done: %s recorded", " ".join(wanted))
     return 0
 
 

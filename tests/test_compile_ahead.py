@@ -47,6 +47,10 @@ print(json.dumps({"hits": hits, "misses": misses}))
 """
 
 
+class _Started:
+    """What the patched Popen hands start(): it notes its log there."""
+
+
 def _env(cache: Path) -> dict:
     return child_env(NUMBA_CACHE_DIR=str(cache))
 
@@ -102,18 +106,40 @@ def test_run_compiles_ahead_only_while_the_depth_twin_is_uncached(synth_scene_fa
 def test_start_asks_only_for_what_is_not_compiled(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     started = []
-    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or "process")
+    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or _Started())
     config = tmp_path / "config.resolved.yaml"
     assert compile_ahead.start(config, ["load", "views", "depth"], True) is None   # nothing after depth
-    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], False) == "process"
+    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], False) is not None
     assert started[-1][-3:] == [str(config), "fusion", "evaluate"]
     compile_ahead.record("fusion", "evaluate")
     assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], False) is None   # compiled already
-    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], True) == "process"   # the scans' scoring not
+    assert compile_ahead.start(config, ["depth", "fusion", "evaluate"], True) is not None   # the scans' scoring not
     assert started[-1][-4:] == [str(config), "fusion", "evaluate", "scans"]
     compile_ahead.record("depth")
     assert compile_ahead.start(config, ["depth", "sampling"], True) is None   # no idle core to fill any more
     assert len(started) == 2
+
+
+@pytest.mark.parametrize("exit_code, kept", [(0, False), (3, True)])
+def test_the_compile_log_is_kept_only_when_it_failed(tmp_path, exit_code, kept):
+    """start() sends the background process's stderr to compile_ahead.log beside the config; stop() removes
+    it after a clean exit and keeps it after a failure (the run's debug log names it)."""
+    log_path = tmp_path / compile_ahead.LOG_NAME
+    with open(log_path, "wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stderr.write('boom'); sys.exit({exit_code})"],
+                                   stderr=stderr)
+    process.log_path = log_path
+    process.wait(timeout=60)
+    compile_ahead.stop(process)
+    assert log_path.is_file() == kept and (not kept or log_path.read_text() == "boom")
+
+
+def test_start_sends_the_compiles_stderr_beside_the_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    seen = {}
+    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: seen.update(kw) or _Started())
+    process = compile_ahead.start(tmp_path / "config.resolved.yaml", ["fusion"], False)
+    assert Path(seen["stderr"].name) == tmp_path / compile_ahead.LOG_NAME == process.log_path
 
 
 @pytest.mark.parametrize("after_s", [1.0, 4.0])
@@ -142,15 +168,15 @@ def test_on_the_gpu_start_asks_for_cupys_kernels_whatever_the_depth_twin(tmp_pat
     (no idle core) does not stop them: a GPU run's later stages wait for NVRTC otherwise."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     started = []
-    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or "process")
+    monkeypatch.setattr(compile_ahead.subprocess, "Popen", lambda command, **kw: started.append(command) or _Started())
     config = tmp_path / "config.resolved.yaml"
     compile_ahead.record("depth", "fusion", "sampling", "evaluate", "scans")   # the CPU's, all of them
     assert compile_ahead.start(config, ["depth", "fusion", "sampling", "evaluate"], True) is None
-    assert compile_ahead.start(config, ["depth", "fusion", "sampling", "evaluate"], True, backend="cuda") == "process"
+    assert compile_ahead.start(config, ["depth", "fusion", "sampling", "evaluate"], True, backend="cuda") is not None
     assert started[-1][-5:] == [str(config), "cuda:fusion", "cuda:sampling", "cuda:evaluate", "cuda:scans"]
     compile_ahead.record("cuda:fusion", "cuda:sampling", "cuda:evaluate")
     assert compile_ahead.start(config, ["fusion", "sampling", "evaluate"], False, backend="cuda") is None
-    assert compile_ahead.start(config, ["fusion", "sampling", "evaluate"], True, backend="cuda") == "process"
+    assert compile_ahead.start(config, ["fusion", "sampling", "evaluate"], True, backend="cuda") is not None
     assert started[-1][-2:] == ["cuda:evaluate", "cuda:scans"] and len(started) == 2
 
 
