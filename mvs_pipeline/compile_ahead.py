@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ LATER_STAGES = ("fusion", "sampling", "evaluate")
 _VIEWS, _WIDTH, _HEIGHT, _SCAN_POINTS = 4, 64, 48, 20_000
 _POOL_VOXEL_M = 0.005   # m: a few fused points per voxel on the tiny object scene
 LOG_NAME = "compile_ahead.log"
+STARTED_ENV = "MVS_COMPILE_AHEAD_ASKED"   # when the run started the process (time.time()), for the log
 
 
 def _marker() -> Path | None:
@@ -102,7 +104,8 @@ def start(config_path: Path, stages: list[str], evaluate_clouds: bool, backend: 
     log_path = Path(config_path).with_name(LOG_NAME)
     try:
         with open(log_path, "wb") as stderr:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                       env={**os.environ, STARTED_ENV: repr(time.time())})
     except OSError:
         return None
     process.log_path = log_path
@@ -186,7 +189,11 @@ def main(argv: list[str]) -> int:
     # its log file (start()): when each stage ended, and any error
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    log.info("compiling %s (backend %s)", " ".join(wanted), backend)
+    try:   # a fresh H200 machine's first run logged this line 13 s after the run had started the process
+        asked = f", {time.time() - float(os.environ[STARTED_ENV]):.1f} s after the run asked"
+    except (KeyError, ValueError):
+        asked = ""
+    log.info("compiling %s (backend %s)%s", " ".join(wanted), backend, asked)
     # SIGINT (stop(), Ctrl-C) and SIGTERM as exceptions: the temporary scene is removed on the way out
     try:
         with interrupt_handling():
