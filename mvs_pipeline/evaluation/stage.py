@@ -190,9 +190,13 @@ def _score_clouds(cfg, out_dir: Path, gt_mlp: Path | None, backend: str, overwri
 
 
 def _mask_scores(cfg, out_dir: Path, backend: str, overwrite: bool) -> dict:
-    """Mask precision and coverage of each cloud (masks.py), reused while cloud and masks are unchanged."""
+    """Mask precision and coverage of each cloud (masks.py), reused while cloud and masks are unchanged. A mesh
+    is scored by points sampled uniformly on its surface, as against the GT (eth3d.load_reconstruction): its
+    vertices are not spread by area, and the mesh stage's silhouette carve decides by vertices, so their
+    precision is 1 by construction there (session 27 had recorded that as DTU's mesh score)."""
     from ..gpu.loader import import_cupy  # noqa: PLC0415
-    from ..io.ply import read_ply  # noqa: PLC0415
+    from ..io.mesh_ply import face_count  # noqa: PLC0415
+    from .eth3d import load_reconstruction  # noqa: PLC0415
     from .masks import cameras_from_model, mask_metrics  # noqa: PLC0415
 
     xp = import_cupy() if resolve_backend(backend) == "cuda" else np
@@ -206,11 +210,15 @@ def _mask_scores(cfg, out_dir: Path, backend: str, overwrite: bool) -> dict:
         if not ply.is_file():
             continue
         inputs = {"cloud": _stamp(ply), "masks": str(mask_dir.resolve())}
+        if (face_count(ply) or 0) > 0:
+            inputs.update(mesh_sample_spacing=cfg.mesh_sample_spacing, mesh_max_samples=cfg.mesh_max_samples)
         json_path = out_dir / "eval" / f"masks_{cloud}.json"
         if not overwrite and reusable(json_path, inputs):
             continue
         cameras = cameras if cameras is not None else cameras_from_model(out_dir / "sparse")
-        res = mask_metrics(read_ply(ply).xyz, cameras, mask_dir, xp=xp)
+        xyz, notes = load_reconstruction(ply, False, cfg.mesh_sample_spacing, cfg.mesh_max_samples)
+        res = mask_metrics(xyz, cameras, mask_dir, xp=xp)
+        res["notes"] = notes
         res["inputs"] = inputs
         atomic_write_text(json_path, to_json(res))
         results[cloud] = res

@@ -5,9 +5,11 @@ a vertex that projects onto background in some view are removed, the rule fusion
 Why: the fused cloud then lies inside every silhouette, but a surface made from it does not. Poisson
 smooths at its octree cell (DTU scan 24: 0.9 mm, ~4 px in the images) and extends the surface up to the
 trim distance past the cloud's last points, so at the object's outline and where it stands on the table
-the mesh crosses the silhouette: 2.7 % of the Poisson mesh's surface of DTU scan 24 projected onto
-background in some view (mask precision 0.973, the cloud 1.000; H200, session 27). Only the surface
-is cut: a mesh closed across the masked-out table becomes open there.
+the mesh crosses the silhouette: 2.7 % of the Poisson mesh's vertices of DTU scan 24 projected onto
+background in some view (the cloud's points: none; H200, session 27). Faces are judged by their vertices,
+so the carved mesh's vertices all pass; its surface can still cross a silhouette inside a face, which the
+evaluation's mask metrics (points sampled on the surface) measure. Only the surface is cut: a mesh closed
+across the masked-out table becomes open there.
 """
 
 from __future__ import annotations

@@ -131,6 +131,48 @@ def test_evaluate_stage_scores_masks_reuses_and_reports(tmp_path):
     assert "<h2>Mask metrics</h2>" in page and f"{direct['precision_all']:.4f}" in page
 
 
+def test_a_mesh_is_scored_by_points_on_its_surface_not_its_vertices(tmp_path):
+    """mesh.ply's mask precision comes from points spread uniformly by area, as its ETH3D scores do: tiny
+    triangles at points inside every mask and one large triangle of points outside them give a vertex
+    precision near 1 but a surface precision near 0."""
+    import dataclasses
+
+    from mvs_pipeline.config.loader import load_config
+    from mvs_pipeline.evaluation.stage import evaluate_run
+    from mvs_pipeline.io.mesh_ply import TriangleMesh, sample_surface, write_mesh_ply
+
+    rec = build_tiny_reconstruction(num_views=3, width=64, height=48, num_points=60)
+    (tmp_path / "sparse").mkdir()
+    rec.write(str(tmp_path / "sparse"))
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    for image in rec.images.values():
+        m = np.zeros((48, 64), np.uint8)
+        m[:, :32] = 255
+        cv2.imwrite(str(masks / f"{image.name}.png"), m)
+    cams = cameras_from_model(tmp_path / "sparse")
+    xyz = np.array([p.xyz for p in rec.points3D.values()], dtype=np.float64)
+    inside = np.array([mask_metrics(x[None], cams, masks)["precision_all"] == 1.0 for x in xyz])
+    assert inside.sum() >= 5 and (~inside).sum() >= 3
+    verts, faces = [], []
+    for p in xyz[inside]:   # a triangle 1 mm across at each inside point
+        faces.append([len(verts), len(verts) + 1, len(verts) + 2])
+        verts += [p, p + [1e-3, 0, 0], p + [0, 1e-3, 0]]
+    out = xyz[~inside]
+    far = np.argsort(np.linalg.norm(out - out[0], axis=1))[-2:]
+    faces.append([len(verts), len(verts) + 1, len(verts) + 2])
+    verts += [out[0], out[far[0]], out[far[1]]]
+    mesh = TriangleMesh(np.asarray(verts, np.float32), np.asarray(faces, np.int32), None)
+    write_mesh_ply(tmp_path / "mesh.ply", mesh)
+    cfg = dataclasses.replace(load_config("default").evaluate, mask_dir=str(masks), depth_metrics=False,
+                              clouds=("mesh",), mesh_sample_spacing=0.01)
+    scored = evaluate_run(cfg, tmp_path, backend="cpu", make_report=False)["masks"]["mesh"]
+    by_vertices = mask_metrics(mesh.vertices, cams, masks)["precision_all"]
+    samples, _, _ = sample_surface(mesh, 0.01, cfg.mesh_max_samples)
+    assert scored["precision_all"] == mask_metrics(samples, cams, masks)["precision_all"] < 0.2 < 0.8 < by_vertices
+    assert scored["points"] == len(samples) and "sampled uniformly" in scored["notes"][0]
+
+
 @pytest.mark.gpu
 def test_cupy_gives_the_same_scores(tmp_path, cupy):
     rec = build_tiny_reconstruction(num_views=4, width=64, height=48, num_points=80, seed=3)
