@@ -99,13 +99,8 @@ def test_cli_scores_a_cloud_and_names_a_missing_mask(tmp_path, capsys):
     assert f"{first}.png" in err and "not found" in err and err.count("\n") == 1
 
 
-def test_evaluate_stage_scores_masks_reuses_and_reports(tmp_path):
-    import dataclasses
-
-    from mvs_pipeline.config.loader import load_config
-    from mvs_pipeline.evaluation.report import write_report
-    from mvs_pipeline.evaluation.stage import evaluate_run
-
+def _left_half_masked(tmp_path):
+    """A tiny 3-view model in tmp_path/sparse and masks keeping each image's left half."""
     rec = build_tiny_reconstruction(num_views=3, width=64, height=48, num_points=60)
     (tmp_path / "sparse").mkdir()
     rec.write(str(tmp_path / "sparse"))
@@ -115,6 +110,17 @@ def test_evaluate_stage_scores_masks_reuses_and_reports(tmp_path):
         m = np.zeros((48, 64), np.uint8)
         m[:, :32] = 255
         cv2.imwrite(str(masks / f"{image.name}.png"), m)
+    return rec, masks
+
+
+def test_evaluate_stage_scores_masks_reuses_and_reports(tmp_path):
+    import dataclasses
+
+    from mvs_pipeline.config.loader import load_config
+    from mvs_pipeline.evaluation.report import write_report
+    from mvs_pipeline.evaluation.stage import evaluate_run
+
+    rec, masks = _left_half_masked(tmp_path)
     xyz = np.array([p.xyz for p in rec.points3D.values()], dtype=np.float32)
     write_ply(tmp_path / "fused.ply", PointCloud(xyz=xyz))
     cfg = dataclasses.replace(load_config("default").evaluate, mask_dir=str(masks), depth_metrics=False)
@@ -141,15 +147,7 @@ def test_a_mesh_is_scored_by_points_on_its_surface_not_its_vertices(tmp_path):
     from mvs_pipeline.evaluation.stage import evaluate_run
     from mvs_pipeline.io.mesh_ply import TriangleMesh, sample_surface, write_mesh_ply
 
-    rec = build_tiny_reconstruction(num_views=3, width=64, height=48, num_points=60)
-    (tmp_path / "sparse").mkdir()
-    rec.write(str(tmp_path / "sparse"))
-    masks = tmp_path / "masks"
-    masks.mkdir()
-    for image in rec.images.values():
-        m = np.zeros((48, 64), np.uint8)
-        m[:, :32] = 255
-        cv2.imwrite(str(masks / f"{image.name}.png"), m)
+    rec, masks = _left_half_masked(tmp_path)
     cams = cameras_from_model(tmp_path / "sparse")
     xyz = np.array([p.xyz for p in rec.points3D.values()], dtype=np.float64)
     inside = np.array([mask_metrics(x[None], cams, masks)["precision_all"] == 1.0 for x in xyz])
