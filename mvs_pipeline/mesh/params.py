@@ -108,6 +108,9 @@ class MeshConfig:
         "device memory a batch of TSDF blocks may take (82 bytes a voxel: sums, field, marching cubes); only "
         "blocks near a surface hold voxels, more of them are fused and meshed in batches", "bytes",
         (1 << 20, 1 << 40)))
-    max_map_bytes: int = field(default=2 << 30, metadata=meta(
+    # 3.5 GiB: 40 views of 3200x2130 at 11 bytes a pixel are 3.0 GB. At 2 GiB (the default while the floor was
+    # 1, 7 bytes a pixel) they went in 2 groups, each uploaded again for every batch: that scene reserves
+    # 1.07 M blocks (ground-truth maps, CPU count, session 27), ~42 batches of 1 GiB, ~126 GB of transfers
+    max_map_bytes: int = field(default=7 << 29, metadata=meta(
         "depth maps and colours held at once by the TSDF fusion (7 bytes a pixel, 11 with incidence_floor < 1); "
-        "more views are added to each batch in groups", "bytes", (1 << 20, 1 << 40)))
+        "more views are added to each batch in groups, uploaded again for every batch", "bytes", (1 << 20, 1 << 40)))

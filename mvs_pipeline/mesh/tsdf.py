@@ -117,7 +117,7 @@ def pixel_footprint(dv: DepthViews) -> float:
 
 
 def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: float = 1.0, min_surface: float = 1.0,
-              max_map_bytes: int = 2 << 30, max_block_bytes: int = 1 << 30, incidence_floor: float = 1.0,
+              max_map_bytes: int = 7 << 29, max_block_bytes: int = 1 << 30, incidence_floor: float = 1.0,
               backend: str = "cpu") -> tuple[TriangleMesh, dict]:
     """The mesh of the depth maps' fused TSDF, and counts (blocks, voxels, batches, seconds).
     incidence_floor < 1: a view is a surface view of a voxel (the min_surface count) when (d - z) |n . r|
