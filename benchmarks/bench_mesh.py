@@ -54,13 +54,15 @@ def prepare(root: Path, spec: str, run_args: list[str], perfect_maps: bool = Fal
     name = f"{kind}_{views}x{width}x{height}_s{seed}"
     scene, out = root / name, root / f"{name}_out"
     if not (scene / "sparse").exists():
-        mvs("synth", "--scene", kind, "--out", str(scene), "--views", views, "--width", width, "--height", height,
-            "--seed", seed)
+        wall = mvs("synth", "--scene", kind, "--out", str(scene), "--views", views, "--width", width, "--height", height,
+                   "--seed", seed)
+        print(f"{name}: synth {wall:.1f} s", flush=True)   # where a call's time limit went, if it cuts us
     if perfect_maps:
         out = root / f"{name}_perfect"
         perfect_run(scene, out)
     elif not (out / "fused.ply").is_file():
-        mvs("-q", "run", str(scene), "-o", str(out), *run_args)
+        wall = mvs("-q", "run", str(scene), "-o", str(out), *run_args)
+        print(f"{name}: run {wall:.1f} s", flush=True)
     return name, out, scene / "gt" / "eth3d" / "scan_alignment.mlp"
 
 
@@ -110,7 +112,7 @@ def gpu_pool():
 def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
     cfg = load_config(str(out / "config.resolved.yaml") if (out / "config.resolved.yaml").is_file() else None,
                       [f"mesh.method={method}", *sets])
-    scene = read_scene(out / "images", out / "sparse") if method == "tsdf" else None
+    scene = read_scene(out / "images", out / "sparse") if method == "tsdf" or cfg.fusion.mask_silhouettes else None
     times = []
     peak = None
     for _ in range(2):   # the first compiles the kernel / Numba twin
@@ -118,7 +120,8 @@ def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
             cp, pool = gpu_pool()
             cp.cuda.Device().synchronize()
         t0 = time.perf_counter()
-        record = build_mesh(cfg.mesh, out, scene=scene, mask_dir=cfg.fusion.mask_dir, backend=backend, overwrite=True)
+        record = build_mesh(cfg.mesh, out, scene=scene, mask_dir=cfg.fusion.mask_dir, backend=backend, overwrite=True,
+                            silhouettes=bool(cfg.fusion.mask_silhouettes and cfg.fusion.mask_dir is not None))
         if backend == "cuda":
             cp.cuda.Device().synchronize()
             peak = int(pool.total_bytes())
