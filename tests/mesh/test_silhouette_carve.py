@@ -69,7 +69,9 @@ def test_the_stage_carves_the_sphere_to_the_masked_half(tmp_path):
     uv, z = view.project(mesh.vertices.astype(np.float64))
     assert np.all(z > 0) and np.all(np.floor(uv[:, 0]) >= w // 2)   # every vertex on the mask's kept half
     assert abs(mesh.area() - np.pi / 2) < 0.08 * np.pi / 2   # half of the sphere's 4 pi 0.5^2
-    assert record["counts"]["mesh_silhouette_dropped_faces"] == whole["faces"] - record["faces"] > 0.4 * whole["faces"]
+    # two Poisson solves (Open3D's threads) may differ by a face or so: the carve's count against its own input
+    dropped = record["counts"]["mesh_silhouette_dropped_faces"]
+    assert dropped > 0.4 * (record["faces"] + dropped) and abs(record["faces"] + dropped - whole["faces"]) < 0.01 * whole["faces"]
     assert json.loads((tmp_path / "mesh.json").read_text())["settings"]["silhouettes"] == str(masks)
 
 
