@@ -112,7 +112,7 @@ def gpu_pool():
 def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
     cfg = load_config(str(out / "config.resolved.yaml") if (out / "config.resolved.yaml").is_file() else None,
                       [f"mesh.method={method}", *sets])
-    scene = read_scene(out / "images", out / "sparse") if method == "tsdf" or cfg.fusion.mask_silhouettes else None
+    scene = read_scene(out / "images", out / "sparse") if method == "tsdf" or cfg.fusion.silhouettes else None
     times = []
     peak = None
     for _ in range(2):   # the first compiles the kernel / Numba twin
@@ -121,7 +121,7 @@ def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
             cp.cuda.Device().synchronize()
         t0 = time.perf_counter()
         record = build_mesh(cfg.mesh, out, scene=scene, mask_dir=cfg.fusion.mask_dir, backend=backend, overwrite=True,
-                            silhouettes=bool(cfg.fusion.mask_silhouettes and cfg.fusion.mask_dir is not None))
+                            silhouettes=cfg.fusion.silhouettes)
         if backend == "cuda":
             cp.cuda.Device().synchronize()
             peak = int(pool.total_bytes())

@@ -133,7 +133,7 @@ def own_items(name: str, ctx) -> dict:
     if name == "mesh":
         # poisson reads fused.ply (its stamp, as sampling); tsdf the depth maps, masks and images
         items = {**_config_items(cfg, ("mesh",)), "files read": {"fused.ply": stamp(out / "fused.ply")}}
-        silhouettes = bool(cfg.fusion.mask_silhouettes and cfg.fusion.mask_dir is not None)
+        silhouettes = cfg.fusion.silhouettes
         if cfg.mesh.method == "tsdf":
             items["backend"] = ctx.backend   # the kernel and the twin agree, but TSDF sums are float32
             items["stereo/depth_maps"] = tree_stamps(out / "stereo" / "depth_maps", "*.bin")

@@ -142,3 +142,9 @@ class FusionConfig:
     cache_views: int | None = field(default=None, metadata=meta(
         "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
         (2, 100000)))
+
+    @property
+    def silhouettes(self) -> bool:
+        """The masks are object silhouettes that fusion's points and the mesh's faces must stay inside:
+        mask_silhouettes with a mask_dir (fusion/silhouettes.py, mesh/silhouette_carve.py)."""
+        return bool(self.mask_silhouettes and self.mask_dir is not None)

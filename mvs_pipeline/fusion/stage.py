@@ -468,7 +468,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     log.info("fusion: %d reference views, %s maps, backend %s, cache %d views", len(refs), map_type,
              engine.name, capacity)
     silhouettes = None
-    if cfg.mask_silhouettes and cfg.mask_dir is not None:
+    if cfg.silhouettes:
         from .silhouettes import SilhouetteCheck  # noqa: PLC0415
 
         silhouettes = SilhouetteCheck(scene, cfg.mask_dir, engine.cp if engine.name == "cuda" else np)

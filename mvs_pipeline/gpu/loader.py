@@ -38,6 +38,11 @@ def import_cupy():
     return _cupy_with_a_device()
 
 
+def array_module(backend: str):
+    """CuPy for a resolved backend "cuda" (import_cupy), NumPy otherwise."""
+    return import_cupy() if backend == "cuda" else np
+
+
 @functools.lru_cache(maxsize=1)
 def _cupy_with_a_device():
     """Asked once per process when it succeeds: launchers call import_cupy thousands of times in a

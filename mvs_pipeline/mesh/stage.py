@@ -152,12 +152,13 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
     if silhouettes and mask_dir is not None:
+        from ..gpu.loader import array_module  # noqa: PLC0415
         from .silhouette_carve import carve_to_silhouettes  # noqa: PLC0415
 
         if scene is None:
             raise MVSError("mesh: the run's scene is needed for the silhouettes (OUT/sparse)")
         tc = time.perf_counter()
-        mesh, carved = carve_to_silhouettes(mesh, scene, mask_dir, _array_module(backend))
+        mesh, carved = carve_to_silhouettes(mesh, scene, mask_dir, array_module(backend))
         counts.update(carved, mesh_silhouette_seconds=round(time.perf_counter() - tc, 3))
         settings["silhouettes"] = str(mask_dir)
         if mesh.num_faces == 0:
@@ -175,14 +176,6 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
     log.info("mesh: %s, %d vertices, %d faces (%s, %.2f s)", mesh_path, mesh.num_vertices, mesh.num_faces,
              cfg.method, record["seconds"])
     return record
-
-
-def _array_module(backend: str):
-    if backend == "cuda":
-        from ..gpu.loader import import_cupy  # noqa: PLC0415
-
-        return import_cupy()
-    return np
 
 
 def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
@@ -209,9 +202,8 @@ def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
 def run(ctx) -> None:
     """The pipeline's `mesh` stage: `ctx` is pipeline.RunContext."""
     cfg, fusion = ctx.cfg.mesh, ctx.cfg.fusion
-    silhouettes = bool(fusion.mask_silhouettes and fusion.mask_dir is not None)
-    scene = ctx.require_scene() if cfg.method == "tsdf" or silhouettes else None
-    record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=fusion.mask_dir, silhouettes=silhouettes,
+    scene = ctx.require_scene() if cfg.method == "tsdf" or fusion.silhouettes else None
+    record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=fusion.mask_dir, silhouettes=fusion.silhouettes,
                         backend=ctx.backend, overwrite=ctx.overwrite)
     ctx.counts["mesh_vertices"] = record["vertices"]
     ctx.counts["mesh_faces"] = record["faces"]

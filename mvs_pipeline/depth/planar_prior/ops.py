@@ -35,7 +35,7 @@ import numpy as np
 
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.gpu.backend import resolve_backend
-from mvs_pipeline.gpu.loader import import_cupy, on_gpu
+from mvs_pipeline.gpu.loader import array_module, on_gpu
 
 from .layout import SourceMaps, source_arrays
 from .triangles import triangle_planes, triangulate
@@ -49,11 +49,6 @@ class PriorSettings:
     max_edge: float
     min_consistent: int
     max_reproj_error: float
-
-
-def _module(which: str):
-    """The array module the backend's maps live in: CuPy or NumPy."""
-    return import_cupy() if which == "cuda" else np
 
 
 def _backend(which: str):
@@ -79,7 +74,7 @@ def support_points(depth, cost, K, settings: PriorSettings, sources: list[Source
                    backend: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xs, ys) int64 and z-depths float32 of the support points (step 1), in cell order, on the host."""
     which = resolve_backend(backend)
-    xp = _module(which)
+    xp = array_module(which)
     depth = _map("depth", depth, xp)
     cost = _map("cost", cost, xp, depth.shape)
     return _support(which, xp, depth, cost, np.asarray(K, np.float64), settings, sources)
@@ -111,7 +106,7 @@ def build_planar_prior(depth, cost, K, settings: PriorSettings, sources: list[So
     `keep_on_device` on the CUDA backend. stats: support points, triangles (all, kept) and
     prior pixels (a 0-d array: on the GPU counting it would wait for the kernels)."""
     which = resolve_backend(backend)
-    xp = _module(which)
+    xp = array_module(which)
     depth = _map("depth", depth, xp)
     H, W = depth.shape
     cost = _map("cost", cost, xp, (H, W))
@@ -138,7 +133,7 @@ def build_planar_prior(depth, cost, K, settings: PriorSettings, sources: list[So
 def start_maps(prior, depth, normal):
     """The planar pass's starting maps (ACMP's re-initialisation): the prior's plane wherever there
     is a prior, the previous pass's maps elsewhere; arrays of the prior's module (NumPy or CuPy)."""
-    xp = _module("cuda" if on_gpu(prior) else "cpu")
+    xp = array_module("cuda" if on_gpu(prior) else "cpu")
     has = prior[..., 3] > 0
     init_depth = xp.where(has, prior[..., 3], xp.asarray(depth)).astype(xp.float32)
     init_normal = xp.where(has[..., None], prior[..., :3], xp.asarray(normal)).astype(xp.float32)
