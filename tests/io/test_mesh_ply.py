@@ -102,3 +102,24 @@ def test_evaluate_scores_a_mesh_by_its_surface(tmp_path):
     # the vertices alone (a sparse "cloud") would not complete the scan
     verts = read_ply(path).xyz
     assert evaluate_eth3d(verts, scans, [0.02], backend="cpu")["completeness"][0] < 0.1
+
+
+def test_triangles_are_read_as_fixed_records_and_polygons_are_fanned(tmp_path):
+    import plyfile  # noqa: PLC0415
+
+    from mvs_pipeline.io.mesh_ply import _read_triangles_fast  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    mesh = TriangleMesh(rng.uniform(-1, 1, (300, 3)).astype(np.float32),
+                        rng.integers(0, 300, (5000, 3)).astype(np.int32))
+    write_mesh_ply(tmp_path / "tri.ply", mesh)
+    lists = _read_triangles_fast(tmp_path / "tri.ply")["face"].data["vertex_indices"]
+    assert lists.dtype != object and lists.shape == (5000, 3)   # one memory map, not 5000 Python lists
+    np.testing.assert_array_equal(read_mesh_ply(tmp_path / "tri.ply").faces, mesh.faces)
+    # a triangle and a quad (plyfile's own writer): the count check fails, the slow read fans the quad
+    faces = np.empty(2, dtype=[("vertex_indices", "O")])
+    faces["vertex_indices"] = [np.array([0, 1, 2], np.int32), np.array([0, 2, 3, 4], np.int32)]
+    verts = np.array([(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 2, 0)], dtype=[("x", "f4"), ("y", "f4"), ("z", "f4")])
+    plyfile.PlyData([plyfile.PlyElement.describe(verts, "vertex"),
+                     plyfile.PlyElement.describe(faces, "face")]).write(str(tmp_path / "quad.ply"))
+    np.testing.assert_array_equal(read_mesh_ply(tmp_path / "quad.ply").faces, [[0, 1, 2], [0, 2, 3], [0, 3, 4]])
