@@ -66,6 +66,11 @@ class MeshConfig:
     trim_spacings: float = field(default=3.0, metadata=meta(
         "the trim distance is at least this many point spacings (median nearest-neighbour distance)",
         "spacings", (0.5, 1000.0)))
+    # off until measured on DTU scan 24 at full size (docs/decisions.md, "a closed mesh from the visual hull")
+    closed: bool = field(default=False, metadata=meta(
+        "poisson with the object masks as silhouettes (fusion.mask_silhouettes): a closed mesh, the visual "
+        "hull's surface given to the solve where no fused point lies near it (mesh/visual_hull.py), neither "
+        "trimmed nor carved"))
     # TSDF
     voxel_size: float | None = field(default=None, metadata=meta(
         "TSDF voxel edge (null = voxel_pixels times the median pixel footprint, i.e. median depth / focal "

@@ -106,11 +106,14 @@ def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None =
 def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: float = 1.5,
                  trim_cells: float = 1.5, trim_spacings: float = 3.0, spacing: float | None = None,
                  threads: int = -1, backend: str = "cpu", solver: str = "open3d",
-                 max_points: int | None = None, memory_budget: int | None = None) -> tuple[TriangleMesh, dict]:
+                 max_points: int | None = None, memory_budget: int | None = None,
+                 closing=None) -> tuple[TriangleMesh, dict]:
     """The trimmed screened-Poisson mesh of an oriented cloud, and counts; solver: open3d or colmap
     (pycolmap.poisson_meshing, COLMAP's PoissonRecon, through PLY files). `memory_budget`: bytes the
     depth count and the pooling may hold where they run (default: with backend cuda the mesh stage's
-    share of the GPU, octree_pool.gpu_budget; on the CPU no limit); the mesh does not depend on it."""
+    share of the GPU, octree_pool.gpu_budget; on the CPU no limit); the mesh does not depend on it.
+    closing: a function of the cloud's xyz giving (xyz, outward normals, counts) of extra points that
+    close the surface (visual_hull.hull_points); they join the solve and the mesh is not trimmed."""
     if solver not in SOLVERS:
         raise MVSError(f"mesh (poisson): unknown solver {solver!r} ({', '.join(SOLVERS)})")
     check_cloud(cloud, "mesh (poisson)")
@@ -130,6 +133,9 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     # clearly denser than the octree resolves, or the depth lowered to keep max_points: pool first
     if 0.5 * cell > spacing * 1.5 or (spacing_depth is not None and depth < spacing_depth):
         points = pooled_for_octree(cloud, cell, backend, memory_budget)
+    closing_counts = {}
+    if closing is not None:
+        points, closing_counts = _with_closing(points, closing)
     t_pool = time.perf_counter()
     verts, faces, colors = (_solve_colmap if solver == "colmap" else _solve_open3d)(points, depth, threads)
     t_solve = time.perf_counter() - t0
@@ -137,7 +143,10 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
     raw_faces = len(faces)
     # trim: vertices farther from the cloud than max(trim_cells * cell, trim_spacings * spacing)
     limit = max(trim_cells * cell, trim_spacings * spacing)
-    out = trim_to_cloud(verts, faces, colors, points.xyz, limit)
+    if closing is None:
+        out = trim_to_cloud(verts, faces, colors, points.xyz, limit)
+    else:   # a closed surface: trimming would open it where the hull's sparse points carry it
+        out = keep_vertices(verts, faces, colors, np.ones(len(verts), bool))
     if out.num_faces == 0:
         raise MVSError("mesh (poisson): no face lies near the cloud after trimming; check the cloud's normals")
     counts = {"mesh_poisson_depth": depth, "mesh_poisson_spacing_depth": spacing_depth,
@@ -147,8 +156,22 @@ def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: 
               "mesh_points_in": len(cloud), "mesh_points_solved": len(points), "mesh_trim_distance": round(limit, 6),
               "mesh_poisson_solver": solver, "mesh_faces_before_trim": int(raw_faces),
               "mesh_poisson_seconds": round(t_solve, 3), "mesh_poisson_solver_seconds": round(t_solver_only, 3),
-              "mesh_seconds_total": round(time.perf_counter() - t0, 3)}
+              "mesh_seconds_total": round(time.perf_counter() - t0, 3), **closing_counts}
     return out, counts
+
+
+def _with_closing(points: PointCloud, closing) -> tuple[PointCloud, dict]:
+    """The solve's points with the closing points appended (the cloud's mean colour: Open3D colours every
+    point or none, and the hull's colour is unknown), and the closing's counts."""
+    xyz, normals, counts = closing(np.asarray(points.xyz))
+    if len(xyz) == 0:
+        return points, counts
+    colors = None
+    if points.colors is not None:
+        mean = np.asarray(points.colors, np.float64).mean(axis=0).round().astype(np.uint8)
+        colors = np.concatenate([points.colors, np.broadcast_to(mean, (len(xyz), 3))])
+    return PointCloud(xyz=np.concatenate([np.asarray(points.xyz, np.float32), xyz]),
+                      normals=np.concatenate([np.asarray(points.normals, np.float32), normals]), colors=colors), counts
 
 
 def trim_to_cloud(verts: np.ndarray, faces: np.ndarray, colors: np.ndarray | None, points_xyz,

@@ -13,7 +13,8 @@
                    colours from the images.
 
 With fusion.mask_silhouettes (and fusion.mask_dir) the faces that leave an object mask in some view are
-removed, as fusion removes such points (silhouette_carve.py).
+removed, as fusion removes such points (silhouette_carve.py); with mesh.closed instead, the Poisson solve gets
+the visual hull's surface where the cloud has no points and the mesh stays closed (visual_hull.py).
 
 Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
 and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
@@ -106,6 +107,25 @@ def _load_view(view, path: Path, mask_dir, normal_path: Path | None) -> tuple[np
     return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), cos
 
 
+def _hull_closing(scene, mask_dir, backend: str, stereo_dir: Path):
+    """mesh.closed: the function poisson_mesh calls for the visual hull's points (visual_hull.py)."""
+    from ..fusion.silhouettes import SilhouetteCheck  # noqa: PLC0415
+    from ..gpu.loader import array_module  # noqa: PLC0415
+    from .visual_hull import hull_points, read_view_maps  # noqa: PLC0415
+
+    if mask_dir is None or scene is None:
+        raise MVSError("mesh.closed: needs the object masks as silhouettes (fusion.mask_silhouettes: true with "
+                       "fusion.mask_dir) and the run's scene")
+    check = SilhouetteCheck(scene, mask_dir, array_module(backend))
+    if check.num_views == 0:
+        raise MVSError(f"mesh.closed: no view has a mask in {mask_dir}")
+    maps = read_view_maps(scene, stereo_dir)
+    if not maps:
+        log.warning("mesh.closed: no depth maps in %s: the hull's points are not checked against what the views "
+                    "saw through (mesh/visual_hull.py)", stereo_dir)
+    return lambda xyz: hull_points(xyz, check, maps=maps)
+
+
 def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, silhouettes: bool = False,
                backend: str = "cpu", overwrite: bool = False) -> dict:
     """Write OUT/mesh.ply by cfg.method; returns the record written to OUT/mesh.json. silhouettes: the masks
@@ -128,12 +148,22 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
         if not cloud_path.is_file():
             raise MVSError(f"mesh (poisson): {cloud_path} not found; run the fusion stage first")
         cloud = read_ply(cloud_path)
+        closing = (_hull_closing(scene, mask_dir if silhouettes else None, backend, out_dir / "stereo")
+                   if cfg.closed else None)
         mesh, counts = poisson_mesh(cloud, depth=cfg.poisson_depth, cell_spacings=cfg.poisson_cell_spacings,
                                     trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings,
-                                    max_points=cfg.poisson_max_points, backend=backend)
+                                    max_points=cfg.poisson_max_points, backend=backend, closing=closing)
         settings = {"poisson_depth": counts["mesh_poisson_depth"], "trim_distance": counts["mesh_trim_distance"]}
+        if closing is not None:
+            from .visual_hull import boundary_edges  # noqa: PLC0415
+
+            counts["mesh_boundary_edges"] = boundary_edges(mesh.faces)
+            settings.update(closed=True, silhouettes=str(mask_dir))
     elif cfg.method == "tsdf":
         from .tsdf import pixel_footprint, tsdf_mesh  # noqa: PLC0415
+
+        if cfg.closed:
+            raise MVSError("mesh.closed: only with mesh.method: poisson (the TSDF meshes what the depth maps saw)")
 
         if scene is None:
             raise MVSError("mesh (tsdf): the run's scene is needed (OUT/sparse)")
@@ -151,7 +181,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
         counts["mesh_load_seconds"] = round(seconds_load, 3)
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
-    if silhouettes and mask_dir is not None:
+    if silhouettes and mask_dir is not None and not cfg.closed:   # a carve would open the closed mesh
         from ..gpu.loader import array_module  # noqa: PLC0415
         from .silhouette_carve import carve_to_silhouettes  # noqa: PLC0415
 
