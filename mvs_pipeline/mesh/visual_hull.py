@@ -37,6 +37,10 @@ PAD_CELLS = 3         # empty room around the cloud, so that the hull closes ins
 INSET_CELLS = 1       # the hull's points sit this far inside its boundary (the masks' precision)
 KEEP_AWAY = 2         # cells: hull points this near a fused point are left out
 FREE_MARGIN_CELLS = 2  # a map's depth this far behind a hull point means the view saw through it
+# 16 quarter cells, measured (DTU scan 24 at 400x300, CPU, the closed mesh's surface inside every mask): no
+# pull 0.953, 8 -> 0.976, 16 -> 0.981, 48 -> 0.962 (far pulls stretch faces across the outline); one more step
+# for the corners of faces whose centroid is outside, four rounds after 16: 0.974
+PULL_STEPS = 16       # a vertex off a silhouette is moved inwards by up to this many quarter cells
 CHUNK_CELLS = 1 << 20  # cell centres checked at once (the check itself batches points x views)
 
 
@@ -149,3 +153,43 @@ def boundary_edges(faces: np.ndarray) -> int:
     key = e[:, 0] * (int(e.max()) + 1) + e[:, 1]
     _, n = np.unique(key, return_counts=True)
     return int((n == 1).sum())
+
+
+def vertex_normals(verts: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """[V, 3] float64 unit normals: the area-weighted sum of each vertex's faces' normals (their winding)."""
+    v = np.asarray(verts, np.float64)
+    f = np.asarray(faces, np.int64)
+    fn = np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]])   # length = twice the area
+    n = np.zeros_like(v)
+    for k in range(3):
+        np.add.at(n, f[:, k], fn)
+    return n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-30)
+
+
+def pull_inside(mesh, check, step: float, max_steps: int = PULL_STEPS):
+    """(the mesh with each vertex that falls on background in some view moved inwards along its normal, in
+    steps of `step`, to the first place that passes the silhouette check (at most max_steps; else left where
+    it was), counts). The faces stay as they are, so a closed mesh stays closed."""
+    from ..io.mesh_ply import TriangleMesh  # noqa: PLC0415
+
+    xp = check.xp
+    verts = np.array(mesh.vertices, np.float64)
+    outside = np.flatnonzero(~np.asarray(to_host(check.inside(xp.asarray(verts))), bool))
+    counts = {"mesh_vertices_outside": int(len(outside)), "mesh_vertices_pulled": 0}
+    if len(outside) == 0:
+        return mesh, counts
+    inward = -vertex_normals(verts, mesh.faces)[outside]
+    start = verts[outside]
+    moved = np.zeros(len(outside), bool)
+    for k in range(1, max_steps + 1):
+        todo = np.flatnonzero(~moved)
+        if len(todo) == 0:
+            break
+        cand = start[todo] + inward[todo] * (k * step)
+        ok = np.asarray(to_host(check.inside(xp.asarray(cand))), bool)
+        verts[outside[todo[ok]]] = cand[ok]
+        moved[todo[ok]] = True
+    counts["mesh_vertices_pulled"] = int(moved.sum())
+    log.info("mesh: %d of %d vertices fell on background in some view; %d pulled inside along their normals",
+             len(outside), mesh.num_vertices, int(moved.sum()))
+    return TriangleMesh(verts.astype(np.float32), mesh.faces, mesh.colors, mesh.normals), counts

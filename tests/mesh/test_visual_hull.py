@@ -132,6 +132,37 @@ def test_the_stage_closes_a_half_seen_sphere_inside_its_silhouettes(tmp_path):
     assert json.loads((tmp_path / "mesh.json").read_text())["settings"]["closed"] is True
 
 
+def test_pull_inside_moves_the_outside_vertices_to_the_silhouettes_and_keeps_the_faces(tmp_path):
+    import open3d as o3d  # noqa: PLC0415
+
+    from mvs_pipeline.io.mesh_ply import TriangleMesh  # noqa: PLC0415
+    from mvs_pipeline.mesh.visual_hull import pull_inside, vertex_normals  # noqa: PLC0415
+
+    views, masks = sphere_views(tmp_path, 320, 240)
+    check = SilhouetteCheck(SimpleNamespace(views=views), masks)
+    ball = o3d.geometry.TriangleMesh.create_sphere(radius=0.6, resolution=24)   # 10 cm outside the silhouettes
+    mesh = TriangleMesh(np.asarray(ball.vertices, np.float32), np.asarray(ball.triangles, np.int32))
+    n = vertex_normals(mesh.vertices, mesh.faces)
+    assert np.all(np.sum(n * mesh.vertices, axis=1) > 0.55)          # outward, from the faces' winding
+    pulled, counts = pull_inside(mesh, check, step=0.01, max_steps=20)
+    was_out = ~check.inside(mesh.vertices)
+    assert was_out.mean() > 0.9       # all but the underside, which the views from above see inside the sphere's cone
+    assert counts["mesh_vertices_outside"] == counts["mesh_vertices_pulled"] == was_out.sum()
+    assert check.inside(pulled.vertices).all()
+    np.testing.assert_array_equal(pulled.faces, mesh.faces)
+    np.testing.assert_array_equal(pulled.vertices[~was_out], mesh.vertices[~was_out])
+    # each lands at the first step inside the hull: a step back out is outside again; the hull of nine
+    # silhouettes is the sphere's within a few cm
+    back = pulled.vertices[was_out] + 0.01 * n[was_out]
+    assert not check.inside(back).any()
+    upper = was_out & (mesh.vertices[:, 2] > 0.2)
+    r = np.linalg.norm(pulled.vertices[upper], axis=1)
+    assert r.max() < 0.55 and r.min() > 0.5 - 0.02
+    # a vertex that no step brings inside stays where it was
+    _, few = pull_inside(mesh, check, step=0.01, max_steps=3)
+    assert few["mesh_vertices_pulled"] == 0
+
+
 def test_closed_needs_silhouettes_and_poisson(tmp_path):
     views, masks = sphere_views(tmp_path, 32, 24)
     write_ply(tmp_path / "fused.ply", sphere_cloud(2000, RADIUS, cap=0.3))
