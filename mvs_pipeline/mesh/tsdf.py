@@ -139,6 +139,7 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
     shared = shared_blocks(xp, blocks, xp.arange(len(blocks)) // per_batch, base)
     seconds_alloc = time.perf_counter() - t0
+    pool = {"after_alloc": _pool_bytes(xp)}
     groups = _view_groups(dv, max_map_bytes, MAP_BYTES_PER_PIXEL + (4 if incidence_floor < 1.0 else 0))
     resident = _upload(xp, dv, *groups[0], incidence_floor) if len(groups) == 1 else None
     o32 = origin.astype(np.float32)
@@ -171,16 +172,28 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
         raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
                        "and mesh.voxel_size")
     tm = time.perf_counter()
+    pool["after_batches"] = _pool_bytes(xp)
     n_blocks = int(len(blocks))
     del resident, blocks, shared   # the maps (1.9 GB at 40 x 3200x2130) are not needed for the join
     verts, faces, colours = merge_parts(parts, xp)   # empties `parts` as it goes
     mesh = TriangleMesh(to_host(verts), to_host(faces.astype(xp.int32)), to_host(colours))
     seconds_join = time.perf_counter() - tm
+    pool["after_join"] = _pool_bytes(xp)
     counts = {"mesh_blocks": n_blocks, "mesh_voxels": voxels, "mesh_batches": batches,
               "mesh_view_groups": len(groups), "mesh_alloc_seconds": round(seconds_alloc, 3),
               "mesh_march_seconds": round(seconds_march, 3), "mesh_join_seconds": round(seconds_join, 3),
               "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
+    if xp is not np:   # where the device memory went (the 40 x 3200x2130 courtyard's pool: 13.70 GiB, session 28)
+        counts["mesh_pool_bytes"] = pool
     return mesh, counts
+
+
+def _pool_bytes(xp) -> dict | None:
+    """CuPy's default pool: bytes in use and held (in use + cached) now; None on NumPy."""
+    if xp is np:
+        return None
+    pool = xp.get_default_memory_pool()
+    return {"used": int(pool.used_bytes()), "held": int(pool.total_bytes())}
 
 
 def _twin():

@@ -108,6 +108,10 @@ def test_gpu_and_cpu_meshes_agree(kwargs):
     a, ca = tsdf_mesh(dv, 0.02, 0.08, backend="cpu", **kwargs)
     b, cb = tsdf_mesh(dv, 0.02, 0.08, backend="cuda", **kwargs)
     assert ca["mesh_batches"] == cb["mesh_batches"]
+    # the pool's readings per phase on CuPy only: the blocks are alive after the allocation
+    assert "mesh_pool_bytes" not in ca
+    assert all(cb["mesh_pool_bytes"][k]["held"] >= cb["mesh_pool_bytes"][k]["used"] for k in cb["mesh_pool_bytes"])
+    assert cb["mesh_pool_bytes"]["after_alloc"]["used"] > 0
     np.testing.assert_array_equal(a.faces, b.faces)
     np.testing.assert_array_equal(a.vertices, b.vertices)
     np.testing.assert_array_equal(a.colors, b.colors)
