@@ -159,7 +159,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
             from .visual_hull import boundary_edges, pull_inside  # noqa: PLC0415
 
             # Poisson's smooth surface still leaves the silhouettes in places (DTU scan 24: 4.4 % of it)
-            mesh, pulled = pull_inside(mesh, check, 0.25 * counts.get("mesh_hull_cell", counts["mesh_poisson_cell"]))
+            mesh, pulled = pull_inside(mesh, check, 0.25 * counts["mesh_hull_cell"])
             counts.update(pulled, mesh_boundary_edges=boundary_edges(mesh.faces))
             settings.update(closed=True, silhouettes=str(mask_dir))
     elif cfg.method == "tsdf":

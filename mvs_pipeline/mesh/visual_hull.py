@@ -13,8 +13,8 @@ Grid: `cells` cells along the longest side of the cloud's bounding box, `PAD_CEL
 hull below a table-top object reaches down to that cap). A cell is inside when its centre passes the
 silhouette check. Its surface: scikit-image's marching cubes on the occupancy eroded by INSET_CELLS and smoothed
 by a Gaussian of one cell (a staircase of cubes gives normals of only six directions), at 0.5; normals point
-outwards. Hull
-points within `keep_away` cells of a fused point are dropped: there the cloud says where the surface is.
+outwards. Hull points within `keep_away` cells of a fused point are dropped: there the cloud says where the
+surface is.
 So are hull points that a view saw through (its depth map holds a surface more than FREE_MARGIN_CELLS
 behind the point at its pixel): the hull is loose over concavities and, with coarse masks, around the
 object, and points there, far from the cloud, would pull the surface off the seen one. What is left is
@@ -98,15 +98,11 @@ def seen_through(xyz: np.ndarray, maps, margin: float) -> np.ndarray:
     free = np.zeros(len(xyz), bool)
     X = np.asarray(xyz, np.float64)
     for view, depth in maps:
-        cam = X @ np.asarray(view.R, np.float64).T + np.asarray(view.t, np.float64).reshape(1, 3)
-        z = cam[:, 2]
-        front = z > 0
-        uv = cam[front] @ np.asarray(view.K, np.float64).T
-        j = np.floor(uv[:, 0] / uv[:, 2]).astype(np.int64)
-        i = np.floor(uv[:, 1] / uv[:, 2]).astype(np.int64)
-        inside = (j >= 0) & (j < view.width) & (i >= 0) & (i < view.height)
-        rows = np.flatnonzero(front)[inside]
-        d = depth[i[inside], j[inside]]
+        uv, z = view.project(X)
+        j = np.floor(uv[:, 0])
+        i = np.floor(uv[:, 1])
+        rows = np.flatnonzero((z > 0) & (j >= 0) & (j < view.width) & (i >= 0) & (i < view.height))
+        d = depth[i[rows].astype(np.int64), j[rows].astype(np.int64)]
         free[rows] |= (d > 0) & (d > z[rows] + margin)
     return free
 
