@@ -38,8 +38,9 @@ from .views import stage as views_stage
 log = logging.getLogger(__name__)
 
 ALL_STAGES = ("load", "views", "depth", "fusion", "sampling", "mesh", "evaluate")
-# Stages whose work runs on `--cluster`'s Dask workers: the cluster starts with the run when one of
-# them has work left, and begins shutting down as the last of them in the run ends
+# Stages whose work runs on `--cluster`'s Dask workers (fusion and sampling with cluster.later_stages on
+# the workers): the cluster starts with the run when one of them has work left, and begins shutting down
+# as the last of them in the run ends
 CLUSTER_STAGES = ("depth", "fusion", "sampling")
 # Stages a run without --stages leaves out unless the config enables them (mesh.enabled)
 OPTIONAL_STAGES = ("mesh",)
@@ -77,6 +78,14 @@ class RunContext:
     early_depth_metrics: object = None
     # fusion/trailing.py's fusion beside the depth stage (_start_trailing_fusion)
     trailing_fusion: object = None
+
+    @property
+    def later_on_workers(self) -> bool:
+        """Whether fusion and the sampling stage's pooling run on the cluster's workers (cluster.later_stages);
+        else they run in this process, as without --cluster."""
+        from .cluster.params import later_stages_on_workers  # noqa: PLC0415
+
+        return self.cluster_wanted and later_stages_on_workers(self.cfg.cluster)
 
     @property
     def final_maps(self):
@@ -183,7 +192,7 @@ def _run_depth(ctx: RunContext) -> None:
 
 
 def _run_fusion(ctx: RunContext) -> None:
-    if ctx.cluster_wanted:   # --cluster: one Dask task per range of reference views
+    if ctx.later_on_workers:   # --cluster, cluster.later_stages on the workers: one Dask task per range of views
         from .fusion import cluster_run  # noqa: PLC0415 (imports distributed)
 
         cluster_run.run(ctx)
@@ -350,14 +359,18 @@ def _resolve_auto(ctx: RunContext) -> None:
         write_resolved_config(ctx)
 
 
-def _cluster_stages(stages: list[str]) -> list[str]:
-    """The stages of this run that use `--cluster`'s workers, in run order."""
-    return [s for s in stages if s in CLUSTER_STAGES]
+def _cluster_stages(stages: list[str], cfg) -> list[str]:
+    """The stages of this run that use `--cluster`'s workers, in run order (fusion and sampling only
+    with cluster.later_stages on the workers)."""
+    from .cluster.params import later_stages_on_workers  # noqa: PLC0415
+
+    on_workers = CLUSTER_STAGES if later_stages_on_workers(cfg.cluster) else ("depth",)
+    return [s for s in stages if s in on_workers]
 
 
 def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: dict, done: list[str],
                 stack: contextlib.ExitStack) -> None:
-    last_cluster_stage = (_cluster_stages(stages) or [None])[-1]
+    last_cluster_stage = (_cluster_stages(stages, ctx.cfg) or [None])[-1]
     try:
         for name in stages:
             raise_if_interrupted()   # a Ctrl-C that a stage's code swallowed stops the run here (interrupts.py)
@@ -428,8 +441,9 @@ TRAILING_BACKENDS = ("cuda",)
 
 def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None:
     """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
-    budget, no --cluster nor --resume-only, fusion.during_depth, maps of the final pass's type, nothing
-    fused yet. The run's end releases it if the depth stage never wrote what it waits for."""
+    budget, fusion in this process (no --cluster, or cluster.later_stages in the client), no --resume-only,
+    fusion.during_depth, maps of the final pass's type, nothing fused yet. The run's end releases it if the
+    depth stage never wrote what it waits for."""
     from .depth.passes import final_map_type  # noqa: PLC0415
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
@@ -437,7 +451,7 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
     cfg = ctx.cfg
     final_type = final_map_type(cfg.depth)
     # --resume-only: fusion's fingerprint check decides whether it may run, which this would bypass
-    if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.cluster_wanted \
+    if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.later_on_workers \
             or ctx.resume_only or cfg.fusion.map_type not in ("auto", final_type) \
             or any(p.exists() for p in output_paths(ctx.out_dir)):
         return
@@ -566,7 +580,7 @@ def _run_locked(ctx: RunContext, stages: list[str]) -> dict:
     timings, gpu_peaks, done = {}, {}, []
     with contextlib.ExitStack() as stack:
         # no --cluster, or none of the CLUSTER_STAGES in this run: no dask
-        cluster_stages = _cluster_stages(stages)
+        cluster_stages = _cluster_stages(stages, ctx.cfg)
         ctx.cluster_wanted = ctx.cfg.cluster.kind != "none" and bool(cluster_stages)
         if ctx.cluster_wanted:
             stack.callback(_close_cluster, ctx)

@@ -1,5 +1,5 @@
-"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks and the
-sampling stage's pooling tasks (Dask).
+"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks and, with
+`later_stages: workers`, fusion's ranges and the sampling stage's pooling tasks (Dask).
 
 (field metadata and what `None` means: mvs_pipeline/field_meta.py)
 """
@@ -35,6 +35,15 @@ class ClusterConfig:
         "kind=local: CPU cores (Numba threads) each worker's solvers use (null = the machine's cores "
         "shared among the workers; 1 with workers = N measures scale-out one core per worker)",
         "cores", (1, 4096)))
+    # Why auto keeps fusion and sampling in the client beside workers on its own host: on 2 x H200 (300-view
+    # street, session 29) fusion as two range tasks took 6.0-7.0 s after the depth stage and sampling with
+    # pooling on the workers 7.2-8.2 s, where the client fuses beside the depth stage and samples in ~3 s
+    # (the parts cross between processes; docs/decisions.md, "Fusion and sampling in the client").
+    later_stages: Literal["auto", "client", "workers"] = field(default="auto", metadata=meta(
+        "where fusion and the sampling stage's pooling run on a --cluster run: client = in this process, as "
+        "without --cluster (fusion beside the depth stage on the GPU, the same cloud); workers = as Dask tasks "
+        "(fusion by ranges of reference views: with fusion.consume_pixels a slightly different cloud); "
+        "auto = client for local and local-cuda (workers on this host), workers for an address"))
     retries: int = field(default=2, metadata=meta(
         "times Dask reruns a task whose worker died (or that failed) before the run fails", "retries", (0, 100)))
 
@@ -47,6 +56,13 @@ class ClusterConfig:
         if self.address and "://" not in self.address:
             problems.append(f"'address' = {self.address!r} is not a scheduler address like tcp://host:8786")
         return problems
+
+
+def later_stages_on_workers(cfg: ClusterConfig) -> bool:
+    """Whether fusion and the sampling stage's pooling run as Dask tasks (cluster.later_stages)."""
+    if cfg.kind == "none" or cfg.later_stages == "client":
+        return False
+    return cfg.later_stages == "workers" or cfg.kind == "address"
 
 
 def from_cli(text: str | None, cfg: ClusterConfig) -> ClusterConfig:

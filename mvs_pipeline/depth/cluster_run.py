@@ -16,7 +16,11 @@ disk and resubmits any view whose maps a dead worker took with it. So:
     writer's byte bound); Dask reruns the task elsewhere (`retries`), the end-of-pass check the rest;
   * a lost scheduler leaves a folder that a rerun resumes (`DepthPass.done`, as after Ctrl-C).
 Once a pass has passed that check, the client writes its marker and removes the previous pass's
-maps (pass_files.py): no worker reads them any more.
+maps (pass_files.py): no worker reads them any more. It does so in a thread of its own while the next
+pass runs, as the single-process stage's writer does: the marker waits for an fsync of the pass's maps,
+and inline that took 0.4-1.2 s of each pass (300 x 1024x768 on 2 x H200, session 29).
+With fusion beside the depth stage in the client (cluster.later_stages), the final pass's views are
+handed to it as their files appear (cluster_final_maps.py).
 Each worker keeps its decoded images, earlier maps it computed or read, and (GPU) textures across
 tasks of a run (client.worker_state); maps computed elsewhere are read from the shared folder.
 A worker's threads share those caches and take turns (WorkerCaches.compute_lock): one task
@@ -35,6 +39,7 @@ pass took ~3 s of a 10.6 s depth stage on 4 GPUs.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import dataclasses
 import logging
 import os
@@ -53,6 +58,7 @@ from ..scene.scene import Scene
 from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
+from .cluster_final_maps import FinalMapsWatcher
 from .cluster_locality import worker_blocks
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass
@@ -200,7 +206,7 @@ def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[in
         valid = state.new_valid_pixels()
         seconds, ended = time.perf_counter() - t0, time.time()
     # "seconds" and "span": the task's turn on the worker, not its wait for another thread's task
-    return {"worker": worker_name(), "seconds": seconds, "valid_pixels": valid,
+    return {"worker": worker_name(), "view": ref, "seconds": seconds, "valid_pixels": valid,
             "seconds_by_category": prof.seconds, "span": (started, ended)}
 
 
@@ -304,12 +310,16 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
 
 def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir: Path, backend: str, client,
                                   retries: int = 2, overwrite: bool = False, progress: bool = True,
-                                  on_task_done=None) -> dict:
+                                  on_task_done=None, final_maps=None) -> dict:
     """compute_depth_maps's work as Dask tasks on `client`; the same counts plus per-worker task
     counts and seconds. `client`: a distributed.Client, or a function returning one, called only
     when some map is still to compute (a resumed run with every map on disk needs no cluster).
-    `on_task_done(result)` (optional) is called in the client after each task."""
+    `on_task_done(result)` (optional) is called in the client after each task. `final_maps`
+    (optional, as compute_depth_maps'): told the views that will have final maps, then each one
+    once its final maps are in their files."""
     sel, todo, passes = plan_depth_run(cfg, scene, sel, out_dir)
+    if final_maps is not None:
+        final_maps.planned(list(todo))
     names = [scene.views[i].name for i in todo]
     if overwrite:
         remove_markers(passes)
@@ -319,6 +329,9 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
               "depth_view_passes_resumed": sum(len(todo) - len(p) for p in pending_by_pass.values()),
               "depth_valid_pixels_computed": 0, "depth_pass_seconds": {}, "depth_cluster_pass_phases": {},
               "depth_cluster_workers": {}}
+    if final_maps is not None:   # the final maps a resumed run found complete
+        for v in sorted(set(todo) - set(pending_by_pass[passes[-1].id])):
+            final_maps.written(v)
     if not any(pending_by_pass.values()):
         for pss in passes:   # markers and removals a killed run left to do
             finish_pass(passes, pss, names, cfg.depth.sync_maps)
@@ -335,12 +348,40 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     # per pass: tasks (submission to last result), flush, check seconds
     phases: dict[str, dict] = counts["depth_cluster_pass_phases"]
     workers: dict[str, dict] = counts["depth_cluster_workers"]
-    for pss in passes:
-        pending = pending_by_pass[pss.id]
-        if not pending:
-            finish_pass(passes, pss, names, cfg.depth.sync_maps)
-            continue
-        start = time.perf_counter()
+    with ThreadPoolExecutor(1, thread_name_prefix="depth-finish-pass") as finisher:   # in pass order
+        finishing = []
+        for pss in passes:   # a failure leaves the queued finishes to end as the executor closes
+            computed_pass, valid_pass = _run_pass(client, job, job_ref, pss, pending_by_pass[pss.id], hints,
+                                                  retries, progress, workers, phases, seconds, on_task_done,
+                                                  final_maps if pss.final else None, scene, out_dir)
+            computed, valid = computed + computed_pass, valid + valid_pass
+            # every worker flushed its writes: the marker, and the previous pass's maps removed
+            finishing.append(finisher.submit(finish_pass, passes, pss, names, cfg.depth.sync_maps))
+        for f in finishing:   # a failed marker or removal fails the stage
+            f.result()
+    counts.update(depth_view_passes_computed=computed, depth_valid_pixels_computed=valid)
+    return counts
+
+
+def _run_pass(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
+              retries: int, progress: bool, workers: dict, phases: dict, seconds: dict, on_task_done,
+              final_maps, scene: Scene, out_dir: Path) -> tuple[int, int]:
+    """Pass `pss`'s pending views as tasks, until each has its maps on disk (a lost worker's views are
+    submitted again, `retries` times): (tasks run, valid depths computed)."""
+    computed, valid = 0, 0
+    if not pending:
+        return computed, valid
+    watcher = None
+    if final_maps is not None:
+        watcher = FinalMapsWatcher(final_maps, pss, {ref: scene.views[ref].name for ref in pending})
+        inner = on_task_done
+
+        def on_task_done(result):   # noqa: F811 (the caller's, after the watcher's)
+            watcher.computed(result["view"])
+            if inner is not None:
+                inner(result)
+    start = time.perf_counter()
+    try:
         try:
             for attempt in range(retries + 1):
                 t_tasks = time.perf_counter()
@@ -373,11 +414,11 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
         except Exception as exc:   # scheduler lost, retries used up (KilledWorker), a worker's error
             raise MVSError(f"{out_dir}: depth pass {pss.id} failed on the cluster ({error_text(exc)}); "
                            f"the maps finished so far are kept: rerun the same command to resume") from exc
-        # every worker flushed its writes: the marker, and the previous pass's maps removed
-        finish_pass(passes, pss, names, cfg.depth.sync_maps)
-        seconds[pss.id] = time.perf_counter() - start
-    counts.update(depth_view_passes_computed=computed, depth_valid_pixels_computed=valid)
-    return counts
+    finally:
+        if watcher is not None:   # every map of the pass is on disk when pending ran empty
+            watcher.close(flushed=not pending)
+    seconds[pss.id] = time.perf_counter() - start
+    return computed, valid
 
 
 def run(ctx) -> None:
@@ -385,4 +426,4 @@ def run(ctx) -> None:
     when some map is still to compute)."""
     ctx.counts.update(compute_depth_maps_on_cluster(
         ctx.cfg, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend, ctx.require_client,
-        retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite, progress=ctx.progress))
+        retries=ctx.cfg.cluster.retries, overwrite=ctx.overwrite, progress=ctx.progress, final_maps=ctx.final_maps))

@@ -287,7 +287,7 @@ def run(ctx) -> None:
     """The pipeline's `sampling` stage: `ctx` is pipeline.RunContext."""
     info: dict = {}
     # --cluster: the pooling's key ranges on the workers (the client asked for only when pooling is to do)
-    client = ctx.require_client if ctx.cluster_wanted else None
+    client = ctx.require_client if ctx.later_on_workers else None
     sample_fused_cloud(ctx.cfg, ctx.out_dir / "fused.ply", ctx.out_dir, overwrite=ctx.overwrite,
                        backend=stage_backend(ctx.cfg.backend, ctx.backend), timings=info, client=client,
                        retries=ctx.cfg.cluster.retries)

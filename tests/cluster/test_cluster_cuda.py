@@ -1,5 +1,6 @@
 """`run --cluster local-cuda` (dask-cuda, one worker per visible GPU) writes the maps of the
-single-process CUDA run byte for byte, and its fused.ply (fusion on the workers too). Needs a GPU and dask-cuda."""
+single-process CUDA run byte for byte, and its fused.ply (fusion in the client beside the depth stage by default,
+on the workers with cluster.later_stages=workers). Needs a GPU and dask-cuda."""
 
 from __future__ import annotations
 
@@ -27,18 +28,24 @@ def test_local_cuda_matches_the_single_process_gpu_run(synth_scene_factory, tmp_
     single, cluster = tmp_path / "single", tmp_path / "cluster"
     assert main(["-q", "run", str(scene), "-o", str(single), *GPU_FAST, *STAGES]) == 0
     assert main(["-q", "run", str(scene), "-o", str(cluster), *GPU_FAST, *STAGES, "--cluster", "local-cuda"]) == 0
+    on_workers = tmp_path / "on_workers"
+    assert main(["-q", "run", str(scene), "-o", str(on_workers), *GPU_FAST, *STAGES, "--cluster", "local-cuda",
+                 "--set", "cluster.later_stages=workers"]) == 0
     reference = maps(single)
     assert len(reference) >= 6 * 2 * 3
-    assert maps(cluster) == reference
-    np.testing.assert_array_equal(point_set(cluster), point_set(single))
+    assert maps(cluster) == reference and maps(on_workers) == reference
     record = json.loads((cluster / "run.json").read_text())
     assert record["backend"] == "cuda" and record["cluster"] == "local-cuda"
     workers = record["counts"]["depth_cluster_workers"]
     assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]
-    # fusion ran as range tasks on the GPU workers (consume_pixels auto: off at this size): the same files
-    assert record["counts"]["fusion_cluster"]["tasks"] >= 1
-    for name in ("fused.ply", "fused.ply.vis"):
-        assert (cluster / name).read_bytes() == (single / name).read_bytes(), name
+    # by default fusion ran here beside the depth stage, fed by the final maps' files as the workers wrote them
+    assert "fusion_cluster" not in record["counts"] and record["counts"]["fusion_beside_depth_seconds"] > 0
+    # with later_stages=workers as range tasks on the GPU workers (consume_pixels auto: off at this size)
+    assert json.loads((on_workers / "run.json").read_text())["counts"]["fusion_cluster"]["tasks"] >= 1
+    for out in (cluster, on_workers):   # either way the single process's files
+        np.testing.assert_array_equal(point_set(out), point_set(single))
+        for name in ("fused.ply", "fused.ply.vis"):
+            assert (out / name).read_bytes() == (single / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("consume", [False, True])

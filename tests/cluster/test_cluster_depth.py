@@ -71,7 +71,8 @@ def point_set(out: Path) -> np.ndarray:
 def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     out = tmp_path / "out"
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--cluster", "local",
-                 "--set", "cluster.workers=2", "--set", "cluster.threads_per_worker=2"]) == 0
+                 "--set", "cluster.workers=2", "--set", "cluster.threads_per_worker=2",
+                 "--set", "cluster.later_stages=workers"]) == 0
     reference = maps(single)
     assert len(reference) == 4 * 2   # 4 views x the final depth/normal (the photometric pass's removed)
     assert maps(out) == reference
@@ -107,12 +108,46 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert maps(out) == reference
 
 
+def test_by_default_fusion_runs_here_beside_the_cluster_depth_stage(scene, single, tmp_path, monkeypatch):
+    """cluster.later_stages auto on a local cluster: the depth stage's tasks on the workers, fusion in this
+    process beside them (on the CPU too, for the test), handed each view as the workers' final maps land;
+    the single process's files, no fusion task, and the cluster's shutdown begun as the depth stage ends."""
+    import mvs_pipeline.cluster.client as cluster_client
+    from mvs_pipeline import pipeline
+
+    monkeypatch.setattr(pipeline, "TRAILING_BACKENDS", ("cuda", "cpu"))
+    real_start, closing = cluster_client.ClusterStart, []
+
+    class RecordedStart(real_start):
+        def begin_close(self):
+            closing.append(time.time())
+            super().begin_close()
+
+    monkeypatch.setattr(cluster_client, "ClusterStart", RecordedStart)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--cluster", "local",
+                 "--set", "cluster.workers=2"]) == 0
+    assert maps(out) == maps(single)
+    for name in ("fused.ply", "fused.ply.vis"):
+        assert (out / name).read_bytes() == (single / name).read_bytes(), name
+    record = json.loads((out / "run.json").read_text())
+    counts = record["counts"]
+    assert sum(w["tasks"] for w in counts["depth_cluster_workers"].values()) == 8
+    assert "fusion_cluster" not in counts and counts["fusion_beside_depth_seconds"] > 0
+    depth_start, depth_end = record["stage_unix_times"]["depth"]
+    assert closing and depth_start <= closing[0] <= record["stage_unix_times"]["fusion"][0] + 0.001
+    # every pass's marker, written beside the next pass; the photometric pass's maps removed
+    markers = list((out / "stereo").rglob("*.finished"))
+    assert markers and all(json.loads(p.read_text())["views"] == 4 for p in markers)
+    assert not list((out / "stereo").rglob("*.photometric.bin"))
+
+
 def test_a_finished_depth_stage_starts_no_cluster_and_a_lost_map_starts_it(scene, single, tmp_path, monkeypatch):
     """A rerun with --cluster whose depth maps are all on disk starts no cluster (~2-3 s and a
     GPU's memory per worker for nothing); one whose finished depth stage lost a map starts it when
     the stage finds that map missing, computes only it, and shuts the cluster down after fusion."""
     out = tmp_path / "out"
-    cluster_run = [*FAST, *STAGES, "--cluster", "local", "--set", "cluster.workers=1"]
+    cluster_run = [*FAST, *STAGES, "--cluster", "local", "--set", "cluster.workers=1", "--set", "cluster.later_stages=workers"]
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES]) == 0
     import mvs_pipeline.cluster.client as cluster_client
 

@@ -102,7 +102,7 @@ def test_a_failing_task_fails_in_one_line(client, fused20k, tmp_path, monkeypatc
 
 SCENE_RUN = ["-c", "small", "--set", "backend=cpu", "--set", "patchmatch.iterations=1", "--set",
              "depth.geometric_passes=0", "--set", "depth.multi_scale=false"]
-CLUSTER = ["--cluster", "local", "--set", "cluster.workers=2"]
+CLUSTER = ["--cluster", "local", "--set", "cluster.workers=2", "--set", "cluster.later_stages=workers"]
 
 
 def test_run_cluster_samples_the_same_file_and_resumes(synth_scene_factory, tmp_path, monkeypatch):
