@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..config.auto import keys_resolved_in
 from ..config.loader import load_config
 from ..errors import MVSError
 from ..pipeline import RunContext, run_pipeline
@@ -34,10 +35,14 @@ def main(args: argparse.Namespace) -> int:
     out = args.out
     if not (out / "sparse").is_dir():
         raise MVSError(f"{out}: not a run folder (no sparse/); give the -o folder of `mvs-pipeline run`")
-    base = args.config
+    base, from_run = args.config, False
     if base is None and (out / "config.resolved.yaml").is_file():
-        base = str(out / "config.resolved.yaml")
+        base, from_run = str(out / "config.resolved.yaml"), True
     overrides = list(args.overrides) + ([f"mesh.method={args.method}"] if args.method else [])
+    if from_run and "mesh.closed" in keys_resolved_in(Path(base).read_text()):
+        # the run's `auto` again, resolved for this call's method and masks (a run closed by auto, meshed
+        # again with --method tsdf, is not refused for its pinned `closed: true`); a --set mesh.closed wins
+        overrides.insert(0, "mesh.closed=auto")
     cfg = load_config(base, overrides)
     if args.evaluate and "mesh" not in cfg.evaluate.clouds:   # a run made before the mesh stage lists its clouds
         cfg = dataclasses.replace(cfg, evaluate=dataclasses.replace(cfg.evaluate,

@@ -15,7 +15,9 @@ The rules (the why is in each params.py):
 - fusion.min_consistent: 1 per 4 other views seeing a region (median track length - 1, at most
   num_neighbors), at least 1;
 - fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
-  all, else true.
+  all, else true;
+- mesh.closed: true with mesh.method poisson and object silhouettes (fusion.mask_silhouettes with a
+  fusion.mask_dir), else false (from the config alone, resolved here so that it is recorded like the others).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from dataclasses import dataclass
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
 from ..fusion.params import auto_consume_pixels, auto_min_consistent
 from ..io.image_size import pixels_in_all
+from ..mesh.params import auto_closed
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
 from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
 AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median", "fusion.min_consistent",
-             "fusion.consume_pixels")
+             "fusion.consume_pixels", "mesh.closed")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def long_side(cfg: PipelineConfig, scene: Scene) -> int:
 def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
     """cfg with every `auto` of AUTO_KEYS replaced by its value for `scene`, and what was resolved."""
     resolved: list[AutoValue] = []
-    views, depth, fusion = cfg.views, cfg.depth, cfg.fusion
+    views, depth, fusion, mesh = cfg.views, cfg.depth, cfg.fusion, cfg.mesh
     most_candidates = None
     if views.num_neighbors == "auto" or fusion.min_consistent == "auto":
         candidates, _ = candidate_pairs(scene, views)  # the view graph: pairs passing the views filters
@@ -86,7 +89,11 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
-    return dataclasses.replace(cfg, views=views, depth=depth, fusion=fusion), resolved
+    if mesh.closed == "auto":
+        value, reason = auto_closed(mesh.method, fusion.silhouettes)
+        mesh = dataclasses.replace(mesh, closed=value)
+        resolved.append(AutoValue("mesh.closed", value, reason))
+    return dataclasses.replace(cfg, views=views, depth=depth, fusion=fusion, mesh=mesh), resolved
 
 
 def unresolved_keys(cfg: PipelineConfig) -> list[str]:
@@ -114,3 +121,9 @@ def annotate_yaml(text: str, resolved: list[AutoValue]) -> str:
         lines.append(line)
     head = [f"# auto: {a.key} = {a.shown} ({a.reason})" for a in resolved]
     return "\n".join(head + lines) + "\n"
+
+
+def keys_resolved_in(text: str) -> list[str]:
+    """The keys a config.resolved.yaml's header (annotate_yaml) says `auto` resolved, in its order."""
+    prefix = "# auto: "
+    return [ln[len(prefix):].split(" = ", 1)[0] for ln in text.splitlines() if ln.startswith(prefix) and " = " in ln]

@@ -67,7 +67,7 @@ def load_reconstruction(path: str | os.PathLike, on_device: bool = False, mesh_s
     """Vertex x, y, z of a PLY as [N, 3] float32, and notes (e.g. converted doubles).
 
     A PLY with faces (a mesh, e.g. OUT/mesh.ply) is scored by points sampled uniformly on its
-    surface instead, 1 / mesh_spacing^2 per m^2 (at most mesh_max_samples; io/mesh_ply.py), so a
+    surface instead, 1 / mesh_spacing^2 per unit^2 (at most mesh_max_samples; io/mesh_ply.py), so a
     mesh and a cloud meet the same metric; a note states the density.
     on_device: a CuPy array, the records streamed to the GPU and split there (io/device_io.py),
     when the file has the plain binary layout; NumPy otherwise (evaluate_eth3d takes either)."""

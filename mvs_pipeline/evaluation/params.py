@@ -25,7 +25,7 @@ class EvaluateConfig:
         "clouds of the run folder scored against the GT (OUT/<name>.ply; missing ones are skipped; a PLY with "
         "faces, such as the mesh stage's mesh.ply, is scored by points sampled uniformly on its surface)"))
     mesh_sample_spacing: float = field(default=0.0025, metadata=meta(
-        "a mesh is scored by points sampled uniformly on its surface, 1 / spacing^2 per m^2 (mean spacing; "
+        "a mesh is scored by points sampled uniformly on its surface, 1 / spacing^2 per unit^2 (mean spacing; "
         "a quarter of the smallest default tolerance)", "m", (1e-5, 10.0)))
     mesh_max_samples: int = field(default=20_000_000, metadata=meta(
         "cap on the points sampled on a mesh (the density is lowered to fit and the scores' notes say so)",

@@ -180,7 +180,7 @@ def sample_surface(mesh: TriangleMesh, spacing: float, max_points: int = 20_000_
                    seed: int = 0, areas: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """Points drawn uniformly on the surface: (xyz [N, 3] float32, rgb [N, 3] uint8 or None, note).
 
-    The density is 1 / spacing^2 points per m^2 (a triangle of area A gets floor(A / spacing^2)
+    The density is 1 / spacing^2 points per unit^2 of the scene (a triangle of area A gets floor(A / spacing^2)
     points plus one more with probability of the remainder), lowered to keep at most `max_points`
     (the note says which density was used). Colours are the barycentric blend of the vertices'.
     areas: triangle_areas of the mesh when the caller has them."""
@@ -198,8 +198,10 @@ def sample_surface(mesh: TriangleMesh, spacing: float, max_points: int = 20_000_
     counts += rng.random(len(areas)) < (expected - counts)
     n = int(counts.sum())
     xyz, rgb = points_on_faces(mesh, np.repeat(np.arange(len(areas)), counts), rng)
-    note = (f"mesh scored by {n} points sampled uniformly on its {total:.4g} m^2 surface "
-            f"({density:.4g} points per m^2, mean spacing {1.0 / np.sqrt(density) if density > 0 else 0:.3g} m)")
+    # in the scene's units, which the mesh does not know: m for ETH3D, mm for DTU
+    note = (f"mesh scored by {n} points sampled uniformly on its {total:.4g} unit^2 surface "
+            f"({density:.4g} points per unit^2, mean spacing {1.0 / np.sqrt(density) if density > 0 else 0:.3g} "
+            f"units of the scene)")
     return xyz, rgb, note
 
 

@@ -13,8 +13,9 @@
                    colours from the images.
 
 With fusion.mask_silhouettes (and fusion.mask_dir) the faces that leave an object mask in some view are
-removed, as fusion removes such points (silhouette_carve.py); with mesh.closed instead, the Poisson solve gets
-the visual hull's surface where the cloud has no points and the mesh stays closed (visual_hull.py).
+removed, as fusion removes such points (silhouette_carve.py); with mesh.closed instead (its `auto`, the default:
+whenever the method is poisson), the Poisson solve gets the visual hull's surface where the cloud has no points
+and the mesh stays closed (visual_hull.py).
 
 Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
 and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
@@ -28,6 +29,7 @@ depth maps (tsdf).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -38,7 +40,7 @@ import numpy as np
 from ..errors import MVSError
 from ..io.atomic import atomic_write_text
 from ..io.mesh_ply import triangle_areas, write_mesh_ply
-from .params import MeshConfig
+from .params import MeshConfig, auto_closed
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +109,10 @@ def _load_view(view, path: Path, mask_dir, normal_path: Path | None) -> tuple[np
     return depth, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), cos
 
 
-def _hull_closing(scene, mask_dir, backend: str, stereo_dir: Path):
+def _hull_closing(scene, mask_dir, backend: str, stereo_dir: Path, asked: bool = True):
     """mesh.closed: (the function poisson_mesh calls for the visual hull's points, the silhouette check);
-    visual_hull.py."""
+    visual_hull.py. Not asked (`auto`): a mask folder that has no view's mask gives (None, None), the
+    open mesh, with a warning (the carve then finds nothing to cut either)."""
     from ..fusion.silhouettes import SilhouetteCheck  # noqa: PLC0415
     from ..gpu.loader import array_module  # noqa: PLC0415
     from .visual_hull import hull_points, read_view_maps  # noqa: PLC0415
@@ -119,6 +122,9 @@ def _hull_closing(scene, mask_dir, backend: str, stereo_dir: Path):
                        "fusion.mask_dir) and the run's scene")
     check = SilhouetteCheck(scene, mask_dir, array_module(backend))
     if check.num_views == 0:
+        if not asked:
+            log.warning("mesh.closed auto: no view has a mask in %s: the mesh is not closed", mask_dir)
+            return None, None
         raise MVSError(f"mesh.closed: no view has a mask in {mask_dir}")
     maps = read_view_maps(scene, stereo_dir)
     if not maps:
@@ -130,8 +136,12 @@ def _hull_closing(scene, mask_dir, backend: str, stereo_dir: Path):
 def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, silhouettes: bool = False,
                backend: str = "cpu", overwrite: bool = False) -> dict:
     """Write OUT/mesh.ply by cfg.method; returns the record written to OUT/mesh.json. silhouettes: the masks
-    in mask_dir are the object's silhouettes (fusion.mask_silhouettes): faces leaving one are removed."""
+    in mask_dir are the object's silhouettes (fusion.mask_silhouettes): faces leaving one are removed, or,
+    with cfg.closed (`auto`: config/auto.py's rule, applied here too), the mesh is closed by their hull."""
     out_dir = Path(out_dir)
+    asked, closed = cfg.closed != "auto", cfg.closed
+    if not asked:
+        closed = auto_closed(cfg.method, silhouettes and mask_dir is not None)[0]
     mesh_path, record_path = out_dir / MESH_NAME, out_dir / RECORD_NAME
     if not overwrite and mesh_path.is_file() and record_path.is_file():
         try:
@@ -149,8 +159,9 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
         if not cloud_path.is_file():
             raise MVSError(f"mesh (poisson): {cloud_path} not found; run the fusion stage first")
         cloud = read_ply(cloud_path)
-        closing, check = (_hull_closing(scene, mask_dir if silhouettes else None, backend, out_dir / "stereo")
-                          if cfg.closed else (None, None))
+        closing, check = (_hull_closing(scene, mask_dir if silhouettes else None, backend, out_dir / "stereo", asked)
+                          if closed else (None, None))
+        closed = closing is not None
         mesh, counts = poisson_mesh(cloud, depth=cfg.poisson_depth, cell_spacings=cfg.poisson_cell_spacings,
                                     trim_cells=cfg.trim_cells, trim_spacings=cfg.trim_spacings,
                                     max_points=cfg.poisson_max_points, backend=backend, closing=closing)
@@ -165,7 +176,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
     elif cfg.method == "tsdf":
         from .tsdf import pixel_footprint, tsdf_mesh  # noqa: PLC0415
 
-        if cfg.closed:
+        if closed:
             raise MVSError("mesh.closed: only with mesh.method: poisson (the TSDF meshes what the depth maps saw)")
 
         if scene is None:
@@ -184,7 +195,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
         counts["mesh_load_seconds"] = round(seconds_load, 3)
     else:
         raise MVSError(f"mesh.method: unknown value {cfg.method!r} (poisson, tsdf)")
-    if silhouettes and mask_dir is not None and not cfg.closed:   # a carve would open the closed mesh
+    if silhouettes and mask_dir is not None and not closed:   # a carve would open the closed mesh
         from ..gpu.loader import array_module  # noqa: PLC0415
         from .silhouette_carve import carve_to_silhouettes  # noqa: PLC0415
 
@@ -235,6 +246,8 @@ def _write_preview(mesh_path: Path, mesh, areas: np.ndarray) -> None:
 def run(ctx) -> None:
     """The pipeline's `mesh` stage: `ctx` is pipeline.RunContext."""
     cfg, fusion = ctx.cfg.mesh, ctx.cfg.fusion
+    if any(a.key == "mesh.closed" for a in ctx.auto or []):   # resolved by `auto`: the rule again here, where a mask
+        cfg = dataclasses.replace(cfg, closed="auto")         # folder without one view's mask gives the open mesh
     scene = ctx.require_scene() if cfg.method == "tsdf" or fusion.silhouettes else None
     record = build_mesh(cfg, ctx.out_dir, scene=scene, mask_dir=fusion.mask_dir, silhouettes=fusion.silhouettes,
                         backend=ctx.backend, overwrite=ctx.overwrite)

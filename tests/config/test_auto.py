@@ -50,14 +50,15 @@ ALL_AUTO = ["fusion.min_consistent=auto"]
 def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
     assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
-                                    "fusion.consume_pixels"]
+                                    "fusion.consume_pixels", "mesh.closed"]
     assert cfg.fusion.min_consistent == 1
     assert "fusion.min_consistent" in unresolved_keys(load_config(None, ALL_AUTO))
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
                                                         "expected int | 'auto'"),
                            ("depth.coarsest_max_size=16", "'depth.coarsest_max_size' = 16 is out of range "
                                                           "[32, 100000] px"),
-                           ("fusion.min_consistent=1.5", "'fusion.min_consistent' = 1.5 has the wrong type")):
+                           ("fusion.min_consistent=1.5", "'fusion.min_consistent' = 1.5 has the wrong type"),
+                           ("mesh.closed=maybe", "'mesh.closed' = 'maybe' has the wrong type, expected bool | 'auto'")):
         with pytest.raises(ConfigError) as err:
             load_config(None, [text])
         assert "\n" not in str(err.value) and expected in str(err.value), str(err.value)
@@ -124,7 +125,8 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert cfg.depth.filter_median is False
     assert num_scales(cfg.depth, 320) == 3
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
-                                         "fusion.min_consistent", "fusion.consume_pixels"]
+                                         "fusion.min_consistent", "fusion.consume_pixels", "mesh.closed"]
+    assert cfg.mesh.closed is False   # no silhouettes
     assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[3].reason
     assert "up to 640 px (long side 320): no median" in resolved[2].reason
     assert unresolved_keys(cfg) == []
@@ -155,7 +157,7 @@ def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
 
 def test_explicit_values_are_kept_and_not_reported(ring50):
     cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false",
-                                                       "depth.filter_median=false"]), ring50)
+                                                       "depth.filter_median=false", "mesh.closed=false"]), ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
     assert cfg.fusion.consume_pixels is False   # pinned, though auto would say true here
     assert cfg.depth.filter_median is False     # likewise

@@ -14,7 +14,7 @@ from tests.tiny_model import write_colmap_project
 
 # 5 views that all see every point: 4 candidate sources each, tracks of 5 views, 64 px images
 EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 120, "depth.filter_median": False,
-            "fusion.min_consistent": 1, "fusion.consume_pixels": False}
+            "fusion.min_consistent": 1, "fusion.consume_pixels": False, "mesh.closed": False}
 
 
 def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
@@ -32,7 +32,8 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     assert f"  coarsest_max_size: 120  # auto: {record['auto']['depth.coarsest_max_size']['reason']}" in text
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
     assert logged == [f"auto: {k} = {json.dumps(v['value'])} ({v['reason']})" for k, v in record["auto"].items()]
-    assert "auto: fusion.consume_pixels = false (" in logged[-1]
+    assert "auto: fusion.consume_pixels = false (" in logged[-2]
+    assert logged[-1].startswith("auto: mesh.closed = false (no object silhouettes")
     views_record = json.loads((out / "fingerprints" / "views.json").read_text())
     assert views_record["chain"]["views"]["views.num_neighbors"] == 4
     _, sections = collect_run(out, with_figures=False)  # the report's Settings list them too

@@ -73,12 +73,13 @@ def test_surface_samples_have_the_stated_density():
     assert np.all((xyz[:, :2] >= 0) & (xyz[:, :2] <= 1)) and np.all(xyz[:, 2] == 0)
     hist, _, _ = np.histogram2d(xyz[:, 0], xyz[:, 1], bins=4, range=[[0, 1], [0, 1]])
     assert hist.min() > 0.8 * hist.mean()                  # uniform across both triangles
-    assert "10000 points per m^2" in note or "1e+04 points per m^2" in note
+    assert "10000 points per unit^2" in note or "1e+04 points per unit^2" in note
+    assert "on its 1 unit^2 surface" in note and "mean spacing 0.01 units of the scene" in note
     # colours blend the vertices': red at y = 0, blue at y = 1
     low, high = xyz[:, 1] < 0.1, xyz[:, 1] > 0.9
     assert rgb[low, 0].mean() > 200 and rgb[high, 2].mean() > 200
     capped, _, note = sample_surface(mesh, spacing=0.001, max_points=5000)
-    assert abs(len(capped) - 5000) < 200 and "5000 points per m^2" in note
+    assert abs(len(capped) - 5000) < 200 and "5000 points per unit^2" in note
 
 
 def test_evaluate_scores_a_mesh_by_its_surface(tmp_path):

@@ -11,6 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
+from mvs_pipeline.config.auto import AutoValue
+from mvs_pipeline.config.loader import load_config
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.fusion.silhouettes import SilhouetteCheck
 from mvs_pipeline.io.colmap_maps import write_depth_map
@@ -18,6 +20,7 @@ from mvs_pipeline.io.mesh_ply import read_mesh_ply
 from mvs_pipeline.io.ply import write_ply
 from mvs_pipeline.mesh.params import MeshConfig
 from mvs_pipeline.mesh.stage import build_mesh
+from mvs_pipeline.mesh.stage import run as run_mesh_stage
 from mvs_pipeline.mesh.visual_hull import boundary_edges, hull_points, read_view_maps, seen_through
 from mvs_pipeline.scene.scene import View
 from mvs_pipeline.synth.camera import look_at
@@ -113,10 +116,10 @@ def test_the_stage_closes_a_half_seen_sphere_inside_its_silhouettes(tmp_path):
     views, masks = sphere_views(tmp_path)
     write_ply(tmp_path / "fused.ply", sphere_cloud(8000, RADIUS, cap=0.3))
     scene = SimpleNamespace(views=views)
-    carved = build_mesh(MeshConfig(), tmp_path, scene=scene, mask_dir=masks, silhouettes=True)
+    carved = build_mesh(MeshConfig(closed=False), tmp_path, scene=scene, mask_dir=masks, silhouettes=True)
     open_faces = read_mesh_ply(tmp_path / "mesh.ply").faces
-    record = build_mesh(MeshConfig(closed=True), tmp_path, scene=scene, mask_dir=masks, silhouettes=True,
-                        overwrite=True)
+    # the default (mesh.closed auto) closes it: poisson with silhouettes
+    record = build_mesh(MeshConfig(), tmp_path, scene=scene, mask_dir=masks, silhouettes=True, overwrite=True)
     mesh = read_mesh_ply(tmp_path / "mesh.ply")
     assert boundary_edges(open_faces) > 20                      # the trimmed, carved cap is open
     assert record["counts"]["mesh_boundary_edges"] == boundary_edges(mesh.faces) == 0
@@ -171,6 +174,32 @@ def test_closed_needs_silhouettes_and_poisson(tmp_path):
         build_mesh(MeshConfig(closed=True), tmp_path, scene=scene, mask_dir=masks, silhouettes=False)
     with pytest.raises(MVSError, match="mesh.closed: only with mesh.method: poisson"):
         build_mesh(MeshConfig(closed=True, method="tsdf"), tmp_path, scene=scene, mask_dir=masks, silhouettes=True)
+    empty = tmp_path / "no_masks"
+    empty.mkdir()
+    with pytest.raises(MVSError, match="mesh.closed: no view has a mask"):
+        build_mesh(MeshConfig(closed=True), tmp_path, scene=scene, mask_dir=empty, silhouettes=True)
+
+
+def test_auto_never_stops_the_run(tmp_path):
+    """Without silhouettes, or with a mask folder that holds no view's mask, `auto` gives the open mesh."""
+    views, masks = sphere_views(tmp_path, 32, 24)
+    write_ply(tmp_path / "fused.ply", sphere_cloud(2000, RADIUS, cap=0.3))
+    scene = SimpleNamespace(views=views)
+    record = build_mesh(MeshConfig(), tmp_path, scene=scene, mask_dir=masks, silhouettes=False)
+    assert "closed" not in record["settings"] and "mesh_boundary_edges" not in record["counts"]
+    empty = tmp_path / "no_masks"
+    empty.mkdir()
+    record = build_mesh(MeshConfig(), tmp_path, scene=scene, mask_dir=empty, silhouettes=True, overwrite=True)
+    assert "closed" not in record["settings"] and record["faces"] > 0
+    # the pipeline's stage gets the resolved `true`; ctx.auto says it came from `auto`, which does not stop the run
+    cfg = load_config(None, [f"fusion.mask_dir={empty}", "fusion.mask_silhouettes=true", "mesh.closed=true"])
+    ctx = SimpleNamespace(cfg=cfg, out_dir=tmp_path, backend="cpu", overwrite=True, counts={},
+                          require_scene=lambda: scene, auto=[AutoValue("mesh.closed", True, "poisson with silhouettes")])
+    run_mesh_stage(ctx)
+    assert ctx.counts["mesh_faces"] > 0
+    ctx.auto = []
+    with pytest.raises(MVSError, match="mesh.closed: no view has a mask"):
+        run_mesh_stage(ctx)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,65 @@
+"""`mesh.closed: auto` (issue #39): closed where the run has object silhouettes and meshes by Poisson, else
+open; an explicit value wins; `mvs-pipeline mesh OUT` resolves it again for its own method and masks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mvs_pipeline.cli import main
+from mvs_pipeline.commands import mesh as mesh_command
+from mvs_pipeline.config.auto import annotate_yaml, keys_resolved_in, resolve_auto
+from mvs_pipeline.config.loader import dump_config, load_config
+from mvs_pipeline.mesh.params import auto_closed
+
+# every other `auto` key pinned: resolve_auto then reads nothing of the scene (None) and mesh.closed reads the config
+PINNED = ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
+          "fusion.consume_pixels=false"]
+SILHOUETTES = ["fusion.mask_dir=M", "fusion.mask_silhouettes=true"]
+
+
+@pytest.mark.parametrize("method, silhouettes, closed", [("poisson", True, True), ("poisson", False, False),
+                                                         ("tsdf", True, False), ("tsdf", False, False)])
+def test_rule_closes_poisson_meshes_with_silhouettes(method, silhouettes, closed):
+    value, reason = auto_closed(method, silhouettes)
+    assert value is closed and reason
+
+
+@pytest.mark.parametrize("sets, closed, reason", [
+    (SILHOUETTES, True, "poisson with object silhouettes"),
+    ([*SILHOUETTES, "mesh.method=tsdf"], False, "mesh.method tsdf"),
+    (["fusion.mask_silhouettes=true"], False, "no object silhouettes"),     # no mask_dir: nothing to close with
+    (["fusion.mask_dir=M"], False, "no object silhouettes"),                # masks of occluders, not silhouettes
+    ([], False, "no object silhouettes")])
+def test_resolution_from_the_config(sets, closed, reason):
+    cfg, resolved = resolve_auto(load_config(None, [*PINNED, *sets]), None)
+    assert cfg.mesh.closed is closed
+    assert [(a.key, a.value) for a in resolved] == [("mesh.closed", closed)] and resolved[0].reason.startswith(reason)
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_an_explicit_value_wins_and_is_not_reported(value):
+    cfg, resolved = resolve_auto(load_config(None, [*PINNED, *SILHOUETTES, f"mesh.closed={json.dumps(value)}"]), None)
+    assert cfg.mesh.closed is value and resolved == []
+
+
+def test_mesh_command_resolves_a_run_s_auto_again(tmp_path, monkeypatch):
+    """A run closed by `auto` keeps `closed: true` in config.resolved.yaml; meshing it again with --method tsdf
+    must not meet the explicit value's error, and --set mesh.closed still pins it."""
+    out = tmp_path / "out"
+    (out / "sparse").mkdir(parents=True)
+    cfg, resolved = resolve_auto(load_config(None, [*PINNED, *SILHOUETTES]), None)
+    (out / "config.resolved.yaml").write_text(annotate_yaml(dump_config(cfg), resolved))
+    assert keys_resolved_in((out / "config.resolved.yaml").read_text()) == ["mesh.closed"]
+    seen = []
+    monkeypatch.setattr(mesh_command, "run_pipeline",
+                        lambda ctx, stages: seen.append(ctx.cfg) or {"stage_seconds": {}, "counts": {}})
+    for args, given, closed in ((["--method", "tsdf"], "auto", False), ([], "auto", True),
+                                (["--set", "mesh.closed=false"], False, False)):
+        assert main(["-q", "mesh", str(out), *args]) == 0
+        assert seen[-1].mesh.closed == given and resolve_auto(seen[-1], None)[0].mesh.closed is closed
+    # a run folder written before mesh.closed had `auto` (no header line): its `closed: false` stays
+    (out / "config.resolved.yaml").write_text(dump_config(load_config(None, [*PINNED, *SILHOUETTES,
+                                                                             "mesh.closed=false"])))
+    assert main(["-q", "mesh", str(out)]) == 0 and seen[-1].mesh.closed is False
