@@ -413,7 +413,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             timings[name] = round(time.perf_counter() - t0, 3)
             ctx.stage_unix_times[name] = [round(started, 3), round(time.time(), 3)]   # to line up with e.g. nvidia-smi logs
             if pool is not None:
-                gpu_peaks[name] = int(pool.total_bytes())
+                # a stage that frees the pool's cache as it goes reports its own peak (`<stage>_pool_peak_held_bytes`)
+                gpu_peaks[name] = max(int(pool.total_bytes()), int(ctx.counts.get(f"{name}_pool_peak_held_bytes", 0)))
             ctx.host_peaks[name] = _host_peak_bytes()
             log.info("stage %s done in %.2f s", name, timings[name])
             done.append(name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gpu.loader import on_gpu, to_host
 from .layout import BLOCK, BLOCK_VOXELS
 
 _OFFSETS = np.array([((o >> 2) & 1, (o >> 1) & 1, o & 1) for o in range(8)], np.int64)
@@ -109,42 +110,52 @@ def march_batch(xp, kernels, field, blocks, num_owned: int, base: int, shared):
 
 
 def merge_parts(parts: list[tuple], xp=np):
-    """One mesh from the batches' (position, colour, faces, key, merge) (xp arrays, on the device
-    that made them): the vertices marked `merge` that share a key become one (the copies two batches
-    make of a vertex on their shared blocks come from the same voxels through the same arithmetic, so
-    they are equal bit for bit), the others are distinct by construction (one grid edge, one vertex,
-    one batch); faces with a repeated corner dropped, vertices no face uses dropped. Linear but for a
-    sort of the marked keys; array code on NumPy or CuPy alike (the first copy of a key is kept on
-    both: their unique's return_index is the first occurrence). Returns (positions, faces, colours)
-    as xp arrays, faces int32 while the vertices fit (int64 beyond).
+    """One mesh from the batches' (position, colour, faces, key, merge): the vertices marked `merge`
+    that share a key become one (the copies two batches make of a vertex on their shared blocks come
+    from the same voxels through the same arithmetic, so they are equal bit for bit), the others are
+    distinct by construction (one grid edge, one vertex, one batch); faces with a repeated corner
+    dropped, vertices no face uses dropped. Linear but for a sort of the marked keys; array code on
+    NumPy or CuPy alike (the first copy of a key is kept on both: their unique's return_index is the
+    first occurrence). Returns (positions, faces, colours): positions and colours where the parts
+    lie, faces on xp, int32 while the vertices fit (int64 beyond).
 
-    Empties `parts` once their arrays are joined, and works in int32 indices: at 55 M faces (the
-    40 x 3200x2130 courtyard) the int64 copies of every part's faces, then of the joined faces at each
-    step, were gigabytes of the TSDF's 11.8 GiB device peak (H200, session 26)."""
+    The parts may lie on the host (tsdf.py moves each batch's there as it is made) or on xp. The
+    index work (faces, the marked vertices and their keys) is done on xp, positions and colours are
+    only joined and selected where they lie: on the 40 x 3200x2130 courtyard (33.6 M vertices, 61.5 M
+    faces) the device then holds the int32 faces (0.74 GB) and their renumbered copies, not every
+    part beside its joined copy (session 29). Empties `parts` once their arrays are joined; int32
+    indices: the int64 copies of the faces were gigabytes of the TSDF's device peak (session 26)."""
+    pm = xp if on_gpu(parts[0][0]) else np   # where the parts lie
     n_verts = sum(len(p[0]) for p in parts)
     itype = xp.int32 if n_verts < 2 ** 31 else xp.int64
-    pos = xp.concatenate([p[0] for p in parts])
-    col = xp.concatenate([p[1] for p in parts])
     faces = xp.empty((sum(len(p[2]) for p in parts), 3), itype)
+    marked, keys = [], []
     at, first_vertex = 0, 0
     for p in parts:
         k = len(p[2])
-        faces[at:at + k] = p[2].astype(itype, copy=False)
+        faces[at:at + k] = xp.asarray(p[2]).astype(itype, copy=False)
         faces[at:at + k] += first_vertex
+        rows = pm.flatnonzero(p[4])
+        keys.append(xp.asarray(p[3][rows]))
+        marked.append(xp.asarray(rows) + first_vertex)
         at, first_vertex = at + k, first_vertex + len(p[0])
-    keys = xp.concatenate([p[3] for p in parts])
-    marked = xp.flatnonzero(xp.concatenate([p[4] for p in parts]))
+    pos = pm.concatenate([p[0] for p in parts])
+    col = pm.concatenate([p[1] for p in parts])
     parts.clear()   # the batches' own arrays go: only the joined ones are needed now
-    same = xp.arange(len(pos), dtype=itype)
+    keys, marked = xp.concatenate(keys), xp.concatenate(marked)
+    same = xp.arange(n_verts, dtype=itype)
     if len(marked):
-        _, first, inverse = xp.unique(keys[marked], return_index=True, return_inverse=True)
+        _, first, inverse = xp.unique(keys, return_index=True, return_inverse=True)
         same[marked] = marked[first][inverse.reshape(-1)].astype(itype)
         del first, inverse
     del keys, marked
     faces = same[faces]
     del same
     faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
-    used = xp.zeros(len(pos), bool)
+    used = xp.zeros(n_verts, bool)
     used[faces] = True
     remap = xp.cumsum(used, dtype=itype) - 1
-    return pos[used], remap[faces], col[used]
+    faces = remap[faces]
+    del remap
+    used = used if pm is xp else to_host(used)
+    return pos[used], faces, col[used]

@@ -253,3 +253,6 @@ def run(ctx) -> None:
                         backend=ctx.backend, overwrite=ctx.overwrite)
     ctx.counts["mesh_vertices"] = record["vertices"]
     ctx.counts["mesh_faces"] = record["faces"]
+    peak = record["counts"].get("mesh_pool_bytes", {}).get("peak")
+    if peak:   # the TSDF frees CuPy's cache between its phases: the pool's size at the stage's end under-reads
+        ctx.counts["mesh_pool_peak_held_bytes"] = peak["held"]

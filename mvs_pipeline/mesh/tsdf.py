@@ -17,9 +17,30 @@ only those are integrated and meshed. Bounded memory: the blocks (sorted) are cu
 device arrays (BATCH_BYTES_PER_VOXEL) stay within `max_block_bytes`, each with its halo (march.py);
 a batch is one kernel launch per view group (the views' maps are held in groups of at most
 `max_map_bytes`, all at once when they fit), then marching cubes over its blocks on the same device;
-the batches' vertices, colours and faces stay there and are joined there (march.merge_parts), and
-only the joined mesh comes to the host. Vertex colours are the mean colour of the voxel nearest each
-vertex.
+each batch's vertices, colours and faces go to the host as they are made, and the join
+(march.merge_parts) renumbers the faces on the device once the maps are gone. Vertex colours are the
+mean colour of the voxel nearest each vertex.
+
+Device memory (issue #39: 13.38 GiB of CuPy's pool on the 40 x 3200x2130 courtyard, H200, 4924a3e):
+CuPy's cached free blocks are released after each phase (allocation, batches, join), so that a
+phase's cache does not stack on the next one's arrays; the pool's readings after each phase and the
+highest seen (`peak`) are in the counts (mesh_pool_bytes; held only grows between releases, so the
+reading taken before each release and after each batch is the phase's true maximum). Expected, not
+measured, for that courtyard (min_surface 2, incidence_floor 0.2, 3,049,019 blocks, 120 batches):
+  allocation  < ~1 GB (blocks.py's doc: one chunk of a view, one view's blocks and the set)
+  upload      maps 40 x 6.82 M px x 11 B (depth 4, colour 3, scale 4) = 3.00 GB (+ one view's scale's
+              temporaries; before, the views' scales as a list beside their concatenation: +1.1 GB)
+  batches     the maps, resident, 3.00 GB
+              + a batch: max_block_bytes 1 GiB of owned blocks, 13.1 M voxels, with its halo
+                ~16 M on average (1.91 G voxels / 120 batches) x 82 B = ~1.3 GB
+              + blocks and shared flags 3.05 M x 13 B = 0.04 GB, halo search ~0.15 GB
+              = ~4.5 GB in use; no part is kept (1.6-1.9 GB were), and the batches' arrays have
+              about the same sizes one batch after another, so the cache is about one batch's:
+              ~5 GB held; released whenever it passes 2 x max_block_bytes, so at most ~6.5 GB
+  join        faces 61.5 M x 12 B = 0.74 GB, renumbered twice (+0.74 GB at a time), the marked
+              vertices' keys and rows 16 B each (<= 0.54 GB), 33.6 M x 4 B twice (0.27 GB):
+              at most ~2.3 GB, the maps released first
+  peak        ~5 GB held (4.5 in use), against 14.37 GB held before; 8 GiB = 8.59 GB.
 
 The kernels (cuda/mesh_tsdf.cu, cuda/mesh_cubes.cu via cuda.py) and the twins (cpu.py) compute the
 same outputs; everything else is array code on CuPy or NumPy, so both backends give one mesh.
@@ -139,11 +160,14 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
     per_batch = max(1, max_block_bytes // (BATCH_BYTES_PER_VOXEL * BLOCK_VOXELS))
     shared = shared_blocks(xp, blocks, xp.arange(len(blocks)) // per_batch, base)
     seconds_alloc = time.perf_counter() - t0
-    pool = {"after_alloc": _pool_bytes(xp)}
+    pool = {}
+    _read_pool(xp, pool, "after_alloc", keep_cached=0)   # the allocation's temporaries' cache goes
     groups = _view_groups(dv, max_map_bytes, MAP_BYTES_PER_PIXEL + (4 if incidence_floor < 1.0 else 0))
     resident = _upload(xp, dv, *groups[0], incidence_floor) if len(groups) == 1 else None
+    if resident is not None:   # the scales' temporaries (per view) go; the maps' size is in the reading
+        _read_pool(xp, pool, "after_upload", keep_cached=0)
     o32 = origin.astype(np.float32)
-    parts, voxels, batches, seconds_march = [], 0, 0, 0.0
+    parts, voxels, batches, seconds_march, releases = [], 0, 0, 0.0, 0
     for start in range(0, len(blocks), per_batch):
         owned = slice(start, min(start + per_batch, len(blocks)))
         halo = halo_blocks(xp, blocks, owned, base)
@@ -160,40 +184,63 @@ def tsdf_mesh(dv: DepthViews, voxel: float, truncation: float, *, min_weight: fl
         part = march_batch(xp, kernels, field, batch, owned.stop - owned.start, base,
                            xp.concatenate([shared[owned], xp.ones(len(halo), bool)]))
         if part is not None:
-            # kept on the device, compact: world float32 places (the copies of a shared vertex are still
-            # equal bit for bit), batch-local int32 faces
+            # to the host, compact: world float32 places (the copies of a shared vertex are still equal
+            # bit for bit), batch-local int32 faces. On the device the parts (1.6-1.9 GB on the courtyard)
+            # grew beside the maps and split the cache that every later batch's arrays needed afresh
             pos, nearest, faces, key, merge = part
             world = (xp.asarray(origin) + pos * voxel).astype(xp.float32)
-            parts.append((world, vertex_colours(xp, acc, nearest), faces.astype(xp.int32), key, merge))
-            del pos, nearest, faces, part
+            parts.append(tuple(to_host(a) for a in (world, vertex_colours(xp, acc, nearest), faces.astype(xp.int32),
+                                                    key, merge)))
+            del pos, nearest, faces, part, world
         del acc, field
+        # a batch's arrays find the last batch's cached blocks; more cache than two batches' is fragments
+        releases += _read_pool(xp, pool, keep_cached=2 * max_block_bytes)
         seconds_march += time.perf_counter() - tm
     if not parts:
         raise MVSError("mesh (tsdf): the fused field has no surface (no voxel changes sign); check the depth maps "
                        "and mesh.voxel_size")
     tm = time.perf_counter()
-    pool["after_batches"] = _pool_bytes(xp)
     n_blocks = int(len(blocks))
-    del resident, blocks, shared   # the maps (1.9 GB at 40 x 3200x2130) are not needed for the join
+    _read_pool(xp, pool, "after_batches")
+    # the maps (3.0 GB at 40 x 3200x2130, 11 bytes a pixel) are not needed for the join: `arrays` held
+    # them too (the join's reading at 4924a3e, 4.24 GB in use, is the maps' 3.0 and the mesh's 1.24)
+    del resident, arrays, blocks, shared, batch, halo
+    _read_pool(xp, pool, keep_cached=0)
     verts, faces, colours = merge_parts(parts, xp)   # empties `parts` as it goes
-    mesh = TriangleMesh(to_host(verts), to_host(faces.astype(xp.int32)), to_host(colours))
+    faces = to_host(faces.astype(xp.int32, copy=False))
+    _read_pool(xp, pool, "after_join", keep_cached=0)
+    mesh = TriangleMesh(to_host(verts), faces, to_host(colours))
     seconds_join = time.perf_counter() - tm
-    pool["after_join"] = _pool_bytes(xp)
     counts = {"mesh_blocks": n_blocks, "mesh_voxels": voxels, "mesh_batches": batches,
               "mesh_view_groups": len(groups), "mesh_alloc_seconds": round(seconds_alloc, 3),
               "mesh_march_seconds": round(seconds_march, 3), "mesh_join_seconds": round(seconds_join, 3),
               "mesh_tsdf_seconds": round(time.perf_counter() - t0, 3)}
-    if xp is not np:   # where the device memory went (the 40 x 3200x2130 courtyard's pool: 13.70 GiB, session 28)
-        counts["mesh_pool_bytes"] = pool
+    if xp is not np:   # where the device memory went (the 40 x 3200x2130 courtyard's pool: 13.38 GiB, 4924a3e)
+        pool["peak"] = pool.pop("peak")   # last, after the phases' readings
+        counts.update(mesh_pool_bytes=pool, mesh_pool_batch_releases=releases)
     return mesh, counts
 
 
-def _pool_bytes(xp) -> dict | None:
-    """CuPy's default pool: bytes in use and held (in use + cached) now; None on NumPy."""
+def _read_pool(xp, readings: dict, name: str | None = None, keep_cached: int | None = None) -> int:
+    """On CuPy: note the default pool's bytes in use and held (in use + cached) now under `name`, and
+    the highest of each read so far under "peak" (held only grows until the cache is released, so
+    its reading before each release is that stretch's maximum; used's is the highest reading only);
+    then free the pool's cached blocks where they exceed keep_cached bytes (what a phase's temporaries
+    left: the next phase's arrays have other sizes and would add to it, not reuse it). Returns 1
+    when it released them, else 0 (and on NumPy, where it does nothing)."""
     if xp is np:
-        return None
+        return 0
     pool = xp.get_default_memory_pool()
-    return {"used": int(pool.used_bytes()), "held": int(pool.total_bytes())}
+    now = {"used": int(pool.used_bytes()), "held": int(pool.total_bytes())}
+    if name is not None:
+        readings[name] = now
+    peak = readings.setdefault("peak", {"used": 0, "held": 0})
+    for key in now:
+        peak[key] = max(peak[key], now[key])
+    if keep_cached is None or now["held"] - now["used"] <= keep_cached:
+        return 0
+    pool.free_all_blocks()
+    return 1
 
 
 def _twin():
@@ -222,12 +269,14 @@ def _upload(xp, dv: DepthViews, v0: int, v1: int, incidence_floor: float = 1.0) 
     p0 = int(dv.offsets[v0])
     p1 = int(dv.offsets[v1 - 1]) + int(dv.sizes[v1 - 1, 0]) * int(dv.sizes[v1 - 1, 1])
     depth = xp.asarray(dv.depth[p0:p1])
-    scale = [] if incidence_floor < 1.0 else None
+    # written in place: a list of the views' scales and their concatenation were twice the scales'
+    # bytes (2.2 GB at 40 x 3200x2130), and the list's pieces stayed in the pool's cache
+    scale = xp.empty(p1 - p0, xp.float32) if incidence_floor < 1.0 else None
     for v in range(v0, v1) if scale is not None else ():
         w, h = (int(s) for s in dv.sizes[v])
         a = int(dv.offsets[v]) - p0
-        scale.append(dv.view_scale(xp, v, depth[a: a + w * h].reshape(h, w), incidence_floor).ravel())
-    return {"depth": depth, "scale": xp.concatenate(scale) if scale is not None else None,
+        scale[a: a + w * h] = dv.view_scale(xp, v, depth[a: a + w * h].reshape(h, w), incidence_floor).ravel()
+    return {"depth": depth, "scale": scale,
             "rgb": xp.asarray(np.ascontiguousarray(dv.rgb[p0:p1])),
             "cams": xp.asarray(np.ascontiguousarray(dv.cams[v0:v1])),
             "offsets": xp.asarray(dv.offsets[v0:v1] - p0), "sizes": xp.asarray(np.ascontiguousarray(dv.sizes[v0:v1]))}

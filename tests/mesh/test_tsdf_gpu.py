@@ -112,6 +112,10 @@ def test_gpu_and_cpu_meshes_agree(kwargs):
     assert "mesh_pool_bytes" not in ca
     assert all(cb["mesh_pool_bytes"][k]["held"] >= cb["mesh_pool_bytes"][k]["used"] for k in cb["mesh_pool_bytes"])
     assert cb["mesh_pool_bytes"]["after_alloc"]["used"] > 0
+    # the highest reading (the batches' are read too, unnamed), the cache released after each phase
+    pool = cb["mesh_pool_bytes"]
+    assert pool["peak"]["held"] >= max(pool[k]["held"] for k in pool) and cb["mesh_pool_batch_releases"] >= 0
+    assert {"after_alloc", "after_upload", "after_batches", "after_join"} <= set(pool)
     np.testing.assert_array_equal(a.faces, b.faces)
     np.testing.assert_array_equal(a.vertices, b.vertices)
     np.testing.assert_array_equal(a.colors, b.colors)
@@ -125,10 +129,27 @@ def test_gpu_and_cpu_meshes_agree_on_random_views():
     np.testing.assert_array_equal(a.vertices, b.vertices)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_merge_parts_on_the_device_matches_the_host(cupy, seed):
+@pytest.mark.parametrize("seed, min_surface, floor", [(0, 1, 1.0), (1, 2, 0.3)])
+def test_allocation_on_the_device_matches_the_host(cupy, seed, min_surface, floor):
+    """blocks.reserved_blocks' array code (each pixel's box spelt out elementwise: no BLAS) gives the
+    same blocks and counts on CuPy as on NumPy, in small chunks and runs or in one piece."""
+    from mvs_pipeline.mesh.blocks import reserved_blocks  # noqa: PLC0415
+
+    dv = random_views(np.random.default_rng(seed), 6)
+    host = reserved_blocks(np, dv, 0.06, 0.5, min_surface, floor)
+    for chunk, run in ((23, 5), (1 << 40, 1 << 40)):
+        dev = reserved_blocks(cupy, dv, 0.06, 0.5, min_surface, floor, chunk_pixels=chunk, expand_blocks=run)
+        np.testing.assert_array_equal(dev[0], host[0])
+        np.testing.assert_array_equal(cupy.asnumpy(dev[1]), host[1])
+        if min_surface > 1:
+            np.testing.assert_array_equal(cupy.asnumpy(dev[2]), host[2])
+
+
+@pytest.mark.parametrize("seed, on_device", [(0, True), (1, True), (0, False)])
+def test_merge_parts_on_the_device_matches_the_host(cupy, seed, on_device):
     """march.merge_parts' array code on CuPy against NumPy: random parts whose marked keys repeat
-    within and across parts, and faces that collapse when copies merge."""
+    within and across parts, and faces that collapse when copies merge; the parts on the device, or
+    on the host (as tsdf.py keeps them) with the index work on the device."""
     from mvs_pipeline.mesh.march import merge_parts  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
@@ -141,7 +162,7 @@ def test_merge_parts_on_the_device_matches_the_host(cupy, seed):
         col = (key[:, None] % 256).astype(np.uint8).repeat(3, axis=1)
         faces = rng.integers(0, nv, (int(rng.integers(300, 600)), 3)).astype(np.int32)
         parts.append((pos, col, faces, key, merge))
-    dev = merge_parts([tuple(cupy.asarray(a) for a in p) for p in parts], cupy)
+    dev = merge_parts([tuple(cupy.asarray(a) if on_device else a for a in p) for p in parts], cupy)
     host = merge_parts(parts)   # empties `parts`
     assert len(host[1]) > 100
     for a, b, what in zip(host, dev, ("positions", "faces", "colours")):
