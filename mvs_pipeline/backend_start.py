@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, wait as futures_wait
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,12 @@ class BackendStart:
     def backend(self) -> str:
         """Wait for the backend; re-raises what resolving it raised (BackendUnavailable)."""
         return self._backend.result()
+
+    def settle(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until resolving has ended, whatever it gave: a run that fails its
+        checks lets the resolution's own warning (no GPU: the CPU backend) print first, so that the
+        run's one-line error is the last line (the thread printed it after the error at times)."""
+        futures_wait([self._backend], timeout=timeout)
 
     def wait_warm_up(self) -> None:
         self._warm_up.result()

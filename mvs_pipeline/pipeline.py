@@ -565,9 +565,14 @@ def _fewer_points_hint(ctx: RunContext) -> str:
 
 def run_pipeline(ctx: RunContext, stages: list[str]) -> dict:
     _start_backend(ctx, stages)   # first: CuPy's import and the CUDA context overlap the checks and the load stage
-    check_inputs(ctx, stages)
-    check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
-    fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
+    try:
+        check_inputs(ctx, stages)
+        check_output_writable(ctx.out_dir)  # a read-only OUT, or one under a file, fails before any work
+        fingerprints.check_resume_only(ctx, stages)  # refused before anything in OUT is written
+    except MVSError:
+        if ctx.backend_start is not None:   # its warning before the error line, not after it
+            ctx.backend_start.settle(timeout=10.0)
+        raise
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     with output_folder_lock(ctx.out_dir):   # before the leftovers go: they may be another run's files
         return _run_locked(ctx, stages)

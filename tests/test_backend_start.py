@@ -81,3 +81,26 @@ def test_warm_up_loads_what_the_depth_stage_loads(synth_scene_factory, tmp_path)
     assert main(["-q", "run", str(scene), "-o", str(tmp_path / "out"), "--set", "backend=cuda",
                  "--stages", "load,views,depth"]) == 0
     assert loader._load.cache_info().misses == before
+
+
+def test_a_run_failing_its_checks_lets_the_resolution_end_first(monkeypatch, tmp_path):
+    """The resolution's own warning (no GPU: the CPU backend) once came after the run's error line,
+    which must be the last line; a failed check now waits for the resolution before it is raised."""
+    import time
+
+    from mvs_pipeline.errors import MVSError
+
+    events = []
+
+    def slow_resolve(requested):
+        time.sleep(0.3)
+        events.append("resolved")
+        return "cpu"
+
+    monkeypatch.setattr(gpu_backend, "resolve_backend", slow_resolve)
+    ctx = RunContext(cfg=load_config(None), workspace=tmp_path / "missing", out_dir=tmp_path / "out", overwrite=False,
+                     progress=False)
+    with pytest.raises(MVSError, match="workspace folder not found"):
+        run_pipeline(ctx, ["load", "views"])
+    events.append("raised")
+    assert events == ["resolved", "raised"]
