@@ -40,7 +40,7 @@ from mvs_pipeline.config.loader import load_config  # noqa: E402
 from mvs_pipeline.evaluation.eth3d import evaluate_eth3d, load_reconstruction  # noqa: E402
 from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
 from mvs_pipeline.gpu.backend import resolve_backend  # noqa: E402
-from mvs_pipeline.mesh.stage import build_mesh  # noqa: E402
+from mvs_pipeline.mesh.stage import build_mesh, pool_peak_held  # noqa: E402
 from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 
 TOLERANCES = (0.01, 0.02, 0.05)
@@ -124,9 +124,7 @@ def bench_method(out: Path, method: str, backend: str, sets: list[str]) -> dict:
                             silhouettes=cfg.fusion.silhouettes)
         if backend == "cuda":
             cp.cuda.Device().synchronize()
-            # the TSDF releases the pool's cache between its phases: its own highest reading counts too
-            tsdf_peak = (record["counts"].get("mesh_pool_bytes") or {}).get("peak", {}).get("held", 0)
-            peak = max(int(pool.total_bytes()), int(tsdf_peak))
+            peak = max(int(pool.total_bytes()), pool_peak_held(record))   # the TSDF's own highest reading too
         times.append(round(time.perf_counter() - t0, 3))
     return {"method": method, "backend": backend if method == "tsdf" else f"{backend} (count, pooling), Open3D on the CPU", "seconds_cold": times[0],
             "seconds_warm": times[1], "gpu_pool_peak_bytes": peak, "vertices": record["vertices"],

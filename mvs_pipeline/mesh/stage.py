@@ -253,6 +253,12 @@ def run(ctx) -> None:
                         backend=ctx.backend, overwrite=ctx.overwrite)
     ctx.counts["mesh_vertices"] = record["vertices"]
     ctx.counts["mesh_faces"] = record["faces"]
-    peak = record["counts"].get("mesh_pool_bytes", {}).get("peak")
-    if peak:   # the TSDF frees CuPy's cache between its phases: the pool's size at the stage's end under-reads
-        ctx.counts["mesh_pool_peak_held_bytes"] = peak["held"]
+    peak = pool_peak_held(record)
+    if peak:
+        ctx.counts["mesh_pool_peak_held_bytes"] = peak
+
+
+def pool_peak_held(record: dict) -> int:
+    """The highest CuPy pool reading (bytes held) in a mesh.json record, 0 without one: the TSDF frees the
+    pool's cache between its phases, so the pool's size at the stage's end under-reads."""
+    return int(((record.get("counts") or {}).get("mesh_pool_bytes") or {}).get("peak", {}).get("held", 0))
