@@ -207,4 +207,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    if code != 0:   # stopped mid-compile: leave without the interpreter's teardown
+        # an interrupted Numba compile can leave LLVM's modules half made, and disposing of them at exit
+        # crashed (SIGSEGV in LLVMDisposeModule, once on CI); the temporary scene is removed already
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
