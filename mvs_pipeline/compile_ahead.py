@@ -175,7 +175,7 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool, back
             log.info("%s done", stage)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], exit_on_stop: bool = False) -> int:
     """`python -m mvs_pipeline.compile_ahead CONFIG STAGE... [scans]`, each item `cuda:`-prefixed for CuPy's
     kernels (the GPU) instead of the CPU twins"""
     # a run started in the background of a non-interactive shell passes SIGINT on ignored: stop() needs it
@@ -200,6 +200,12 @@ def main(argv: list[str]) -> int:
             compile_later_stages(config_path, [s for s in names if s in LATER_STAGES], "scans" in names, backend)
     except KeyboardInterrupt:
         log.info("stopped")
+        if exit_on_stop:   # as a process (stop()): leave before the interrupted compile's objects are freed
+            # an interrupted Numba compile can leave LLVM's modules half made, and freeing them crashed with
+            # SIGSEGV in LLVMDisposeModule just after this line (twice on CI's clones); the scene is gone already
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(1)
         return 1
     record(*wanted)
     log.info("done: %s recorded", " ".join(wanted))
@@ -207,11 +213,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    if code != 0:   # stopped mid-compile: leave without the interpreter's teardown
-        # an interrupted Numba compile can leave LLVM's modules half made, and disposing of them at exit
-        # crashed (SIGSEGV in LLVMDisposeModule, once on CI); the temporary scene is removed already
-        logging.shutdown()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    sys.exit(main(sys.argv[1:], exit_on_stop=True))
