@@ -44,6 +44,21 @@ class ClusterConfig:
         "without --cluster (fusion beside the depth stage on the GPU, the same cloud); workers = as Dask tasks "
         "(fusion by ranges of reference views: with fusion.consume_pixels a slightly different cloud); "
         "auto = client for local and local-cuda (workers on this host), workers for an address"))
+    # Why 8 (issue #36): fusion in the client takes the final maps in view order; with one block per worker
+    # the second worker's half reached it only after the depth stage (3.3 s of fusion after a 15.4 s depth
+    # stage, 300 x 1024x768 on 2 x H200, session 29). More blocks move more sources across block borders
+    # (read from the folder instead of the worker's memory). BENCHMARKS.md, Scale-out.
+    blocks_per_worker: int = field(default=8, metadata=meta(
+        "the depth stage's views are cut into this many blocks per worker, dealt in turn along fusion's order "
+        "(each block's views stay on one worker in every pass); 1 = one contiguous block each", "blocks",
+        (1, 1024)))
+    # Why batches (issue #36): at 512x384 a view takes ~7 ms on an H200, and with one task a view the GPU
+    # workers were idle in 12-33 % of a pass (Dask's submission, dispatch and result of each task; 300 x
+    # 1024x768, 2 GPUs, session 29). BENCHMARKS.md, Scale-out.
+    task_megapixels: float = field(default=2.0, metadata=meta(
+        "a depth task computes as many of its worker's views as make about this many megapixels at the pass's "
+        "scale, at least one (2: 1024x768 views two a task at full size, ten at half size); 0 = one view a task",
+        "megapixels", (0.0, 10000.0)))
     retries: int = field(default=2, metadata=meta(
         "times Dask reruns a task whose worker died (or that failed) before the run fails", "retries", (0, 100)))
 

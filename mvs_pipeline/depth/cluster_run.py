@@ -59,9 +59,9 @@ from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_final_maps import FinalMapsWatcher
-from .cluster_locality import worker_blocks
+from .cluster_locality import task_order, worker_blocks
 from .pass_files import finish_pass, remove_markers
-from .passes import DepthPass
+from .passes import DepthPass, scaled_size
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
 from .writer import MapWriter
 
@@ -182,32 +182,58 @@ class WorkerCaches:
             self.textures.release()
 
 
-def run_view_task(job: DepthJob, ref: int, pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
-    """One (pass, view) on a worker; returns once its maps are queued for writing (flush_workers
-    waits for them). `pass_views`: the views of this pass hinted to the same worker."""
+def run_view_task(job: DepthJob, refs: tuple[int, ...], pass_index: int, pass_views: tuple[int, ...] = ()) -> dict:
+    """One pass's views `refs` (a batch, computed in that order) on a worker; returns once their maps
+    are queued for writing (flush_workers waits for them). `pass_views`: the views of this pass hinted
+    to the same worker."""
     state = worker_state(job.token, lambda: WorkerCaches(job))
     with state.compute_lock:   # a task on the worker's other thread waits here for its turn
         t0, started = time.perf_counter(), time.time()
         scale = job.passes[pass_index].scale
         if pass_index not in state.prefetched:
             # The worker's first task of the pass starts decoding the images of every view hinted
-            # to this worker (this view's first), as the single-process stage does for the whole
+            # to this worker (this task's first), as the single-process stage does for the whole
             # pass; decoding runs in threads (OpenCV frees the GIL) under the cache's byte budget.
             state.prefetched.add(pass_index)
-            at = pass_views.index(ref) if ref in pass_views else 0
-            order = [ref, *pass_views[at:], *pass_views[:at]]
+            at = pass_views.index(refs[0]) if refs[0] in pass_views else 0
+            order = [*refs, *pass_views[at:], *pass_views[:at]]
             state.caches.images.prefetch((v, scale) for r in order for v in [r, *job.sel.neighbors[r]])
         else:
-            state.caches.images.prefetch((v, scale) for v in [ref, *job.sel.neighbors[ref]])
+            state.caches.images.prefetch((v, scale) for r in refs for v in [r, *job.sel.neighbors[r]])
         prof = Profile()   # host seconds per category (the GPU's own split would make the host wait)
         prof.seconds["task_setup"] = time.perf_counter() - t0
-        compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
-                     state.caches, prof)
+        for ref in refs:
+            compute_view(job.cfg, job.scene, job.sel, ref, job.passes, pass_index, job.out_dir, job.backend,
+                         state.caches, prof)
         valid = state.new_valid_pixels()
         seconds, ended = time.perf_counter() - t0, time.time()
     # "seconds" and "span": the task's turn on the worker, not its wait for another thread's task
-    return {"worker": worker_name(), "view": ref, "seconds": seconds, "valid_pixels": valid,
+    return {"worker": worker_name(), "views": list(refs), "seconds": seconds, "valid_pixels": valid,
             "seconds_by_category": prof.seconds, "span": (started, ended)}
+
+
+def task_batches(pending: list[int], hints: dict[int, str], views_per_task: int) -> list[tuple[int, ...]]:
+    """`pending` (in submission order) cut into tasks of up to `views_per_task` views hinted to the same
+    worker, consecutive in that worker's share; tasks in the order of their first view."""
+    by_worker: dict[str | None, list[int]] = {}
+    for ref in pending:
+        by_worker.setdefault(hints.get(ref), []).append(ref)
+    k = max(1, views_per_task)
+    batches = [tuple(views[i:i + k]) for views in by_worker.values() for i in range(0, len(views), k)]
+    rank = {v: i for i, v in enumerate(pending)}
+    return sorted(batches, key=lambda b: rank[b[0]])
+
+
+def views_per_task(cfg, scene: Scene, pss: DepthPass) -> int:
+    """How many views a task of pass `pss` computes: cluster.task_megapixels at the pass's scale (at
+    least one). Why: at 512x384 a view takes ~7 ms on an H200, and one task a view left the workers
+    idle in 12-33 % of a pass (Dask's submission, dispatch and result per task; session 29)."""
+    megapixels = cfg.cluster.task_megapixels
+    if not megapixels:
+        return 1
+    sizes = [scaled_size(v.width, v.height, pss.scale) for v in scene.views]
+    mean_pixels = sum(w * h for w, h in sizes) / max(1, len(sizes))
+    return max(1, int(megapixels * 1e6 // max(1.0, mean_pixels)))
 
 
 def _flush_worker_states(token: str, pass_index: int, dask_worker) -> tuple[int, float]:
@@ -271,25 +297,28 @@ def _job(client, cfg, scene: Scene, sel: ViewSelection, passes: list[DepthPass],
 
 def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int], hints: dict[int, str],
                     attempt: int, retries: int, progress: bool, workers: dict, on_task_done) -> tuple[int, int]:
-    """Submit one task per pending view of `pss` and wait for all: (tasks done, valid depths they
-    reported); per-worker task counts, seconds and task spans into `workers`."""
+    """Submit `pss`'s pending views as tasks (a batch of views each, views_per_task) and wait for all:
+    (views done, valid depths they reported); per-worker task counts, seconds and task spans into `workers`."""
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
     submitted = time.time()
     block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
     for ref in pending:
         block.setdefault(hints.get(ref), []).append(ref)
-    futures = [client.submit(run_view_task, job_ref, ref, pss.index, tuple(block[hints.get(ref)]),
-                             key=f"depth-{pss.id}-{ref}-{job.token}-{attempt}", retries=retries, pure=False,
-                             **({"workers": [hints[ref]], "allow_other_workers": True} if ref in hints else {}))
-               for ref in pending]
+    batches = task_batches(pending, hints, views_per_task(job.cfg, job.scene, pss))
+    futures = [client.submit(run_view_task, job_ref, refs, pss.index, tuple(block[hints.get(refs[0])]),
+                             key=f"depth-{pss.id}-{refs[0]}-{job.token}-{attempt}", retries=retries, pure=False,
+                             **({"workers": [hints[refs[0]]], "allow_other_workers": True} if refs[0] in hints else {}))
+               for refs in batches]
     done, valid = 0, 0
     try:
-        for fut in tqdm(as_completed(futures), total=len(futures), desc=f"depth {pss.id} (cluster)",
-                        unit="view", disable=not progress):
+        bar = tqdm(total=len(pending), desc=f"depth {pss.id} (cluster)", unit="view", disable=not progress)
+        for fut in as_completed(futures):
             result = fut.result()
-            w = workers.setdefault(result["worker"], {"tasks": 0, "seconds": 0.0})
+            bar.update(len(result["views"]))
+            w = workers.setdefault(result["worker"], {"tasks": 0, "views": 0, "seconds": 0.0})
             w["tasks"] += 1
+            w["views"] += len(result["views"])
             w["seconds"] = round(w["seconds"] + result["seconds"], 3)
             by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
             for k, v in result.get("seconds_by_category", {}).items():
@@ -298,10 +327,11 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
             # worker's tasks are time its GPU had no task (scheduling, imbalance, the barrier)
             w.setdefault("spans", []).append((pss.id, round(result["span"][0] - submitted, 3),
                                               round(result["span"][1] - submitted, 3)))
-            done += 1
+            done += len(result["views"])
             valid += result["valid_pixels"]
             if on_task_done is not None:
                 on_task_done(result)
+        bar.close()
     except BaseException:
         client.cancel(futures)
         raise
@@ -339,8 +369,12 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     if not hasattr(client, "submit"):
         client = client()
     job = _job(client, cfg, scene, sel, passes, out_dir, backend)
-    # the same block of neighbouring views on the same worker in every pass (loose hints)
-    hints = worker_blocks(todo, sel.neighbors, sorted(client.scheduler_info().get("workers", {})))
+    # the same blocks of neighbouring views on the same worker in every pass (loose hints), every pass's
+    # tasks submitted in fusion's order (cluster_locality.py)
+    order = task_order(todo, sel.neighbors)
+    hints = worker_blocks(order, sorted(client.scheduler_info().get("workers", {})), cfg.cluster.blocks_per_worker)
+    rank = {v: i for i, v in enumerate(order)}
+    pending_by_pass = {k: sorted(p, key=rank.__getitem__) for k, p in pending_by_pass.items()}
     # sent to every worker once, not pickled into each of the (passes x views) tasks
     job_ref = client.scatter(job, broadcast=True, hash=False)
     computed, valid = 0, 0
@@ -377,7 +411,8 @@ def _run_pass(client, job: DepthJob, job_ref, pss: DepthPass, pending: list[int]
         inner = on_task_done
 
         def on_task_done(result):   # noqa: F811 (the caller's, after the watcher's)
-            watcher.computed(result["view"])
+            for v in result["views"]:
+                watcher.computed(v)
             if inner is not None:
                 inner(result)
     start = time.perf_counter()

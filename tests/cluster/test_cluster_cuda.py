@@ -37,7 +37,7 @@ def test_local_cuda_matches_the_single_process_gpu_run(synth_scene_factory, tmp_
     record = json.loads((cluster / "run.json").read_text())
     assert record["backend"] == "cuda" and record["cluster"] == "local-cuda"
     workers = record["counts"]["depth_cluster_workers"]
-    assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]
+    assert sum(w["views"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]
     # by default fusion ran here beside the depth stage, fed by the final maps' files as the workers wrote them
     assert "fusion_cluster" not in record["counts"] and record["counts"]["fusion_beside_depth_seconds"] > 0
     # with later_stages=workers as range tasks on the GPU workers (consume_pixels auto: off at this size)

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,9 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     record = json.loads((out / "run.json").read_text())
     workers = record["counts"]["depth_cluster_workers"]
     assert len(workers) == 2   # both worker processes got tasks
-    assert sum(w["tasks"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
+    assert sum(w["views"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"] == 8
+    # cluster.task_megapixels: each worker's two tiny views of a pass in one task (2 passes x 2 workers)
+    assert sum(w["tasks"] for w in workers.values()) == 4
     assert record["cluster"] == "local"
     assert record["counts"]["cluster_wait_seconds"] >= 0   # the load stage's wait for the cluster's start
     # fusion ran on the workers too (consume_pixels auto: off at this size): the same files
@@ -132,7 +135,7 @@ def test_by_default_fusion_runs_here_beside_the_cluster_depth_stage(scene, singl
         assert (out / name).read_bytes() == (single / name).read_bytes(), name
     record = json.loads((out / "run.json").read_text())
     counts = record["counts"]
-    assert sum(w["tasks"] for w in counts["depth_cluster_workers"].values()) == 8
+    assert sum(w["views"] for w in counts["depth_cluster_workers"].values()) == 8
     assert "fusion_cluster" not in counts and counts["fusion_beside_depth_seconds"] > 0
     depth_start, depth_end = record["stage_unix_times"]["depth"]
     assert closing and depth_start <= closing[0] <= record["stage_unix_times"]["fusion"][0] + 0.001
@@ -302,6 +305,8 @@ def test_a_lost_scheduler_leaves_a_resumable_folder(scene, single, tmp_path):
     one-line MVSError; a rerun on another cluster resumes and ends with the single-process bytes."""
     out = tmp_path / "out"
     cfg, scene_, sel = prepared(scene, out)
+    # one view a task: the scheduler dies after the first view, not after the whole pass's batch
+    cfg = replace(cfg, cluster=replace(cfg.cluster, task_megapixels=0.0))
     address = f"tcp://127.0.0.1:{free_port()}"
     python_m = [sys.executable, "-m"]
     scheduler = subprocess.Popen([*python_m, "distributed.cli.dask_scheduler", "--port", address.rsplit(":", 1)[1],

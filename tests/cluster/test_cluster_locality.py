@@ -1,6 +1,6 @@
 """Locality hints of the cluster depth stage: neighbouring views go to the same worker."""
 
-from mvs_pipeline.depth.cluster_locality import neighbourhood_order, worker_blocks
+from mvs_pipeline.depth.cluster_locality import neighbourhood_order, task_order, worker_blocks
 
 
 def ring(n: int, k: int = 2) -> list[list[int]]:
@@ -23,7 +23,7 @@ def test_disconnected_views_each_start_their_own_walk():
 def test_blocks_are_balanced_and_keep_most_sources_local():
     n, workers = 40, ["tcp://a", "tcp://b"]
     neighbors = ring(n, 3)
-    blocks = worker_blocks(list(range(n)), neighbors, workers)
+    blocks = worker_blocks(neighbourhood_order(list(range(n)), neighbors), workers)
     assert sorted(blocks) == list(range(n))
     counts = [sum(1 for w in blocks.values() if w == x) for x in workers]
     assert counts == [20, 20]
@@ -36,4 +36,47 @@ def test_blocks_are_balanced_and_keep_most_sources_local():
 
 
 def test_no_workers_no_hints():
-    assert worker_blocks([0, 1], [[1], [0]], []) == {}
+    assert worker_blocks([0, 1], [], 8) == {}
+
+
+def street(n: int, k: int = 4) -> list[list[int]]:
+    """Views along a street: each has its k nearest by index on either side as sources."""
+    return [[v + d for d in range(-k, k + 1) if d and 0 <= v + d < n] for v in range(n)]
+
+
+def test_blocks_are_dealt_in_turn_along_the_order():
+    order = task_order(list(range(300)), street(300))
+    assert order == list(range(300))   # on a street fusion's order is the view order
+    blocks = worker_blocks(order, ["a", "b"], blocks_per_worker=8)
+    owners = [blocks[v] for v in order]
+    # 16 blocks of 18-19 views, a, b, a, b, ...: 15 changes of worker along the order, 150 views each
+    assert sum(x != y for x, y in zip(owners, owners[1:])) == 15
+    assert owners.count("a") == owners.count("b") == 150
+    assert owners[:18] == ["a"] * 18 and owners[-18:] == ["b"] * 18
+
+
+def finished_prefix(order: list[int], owners: dict[int, str], workers: list[str], steps: int) -> int:
+    """How long a prefix of `order` is finished after each worker has computed `steps` of its views in
+    order (the workers equally fast): what fusion in view order can take at that moment."""
+    done = set()
+    for w in workers:
+        done.update([v for v in order if owners[v] == w][:steps])
+    prefix = 0
+    while prefix < len(order) and order[prefix] in done:
+        prefix += 1
+    return prefix
+
+
+def test_dealt_blocks_let_fusion_trail_both_workers():
+    n, workers = 300, ["a", "b"]
+    order = task_order(list(range(n)), street(n))
+    one = worker_blocks(order, workers, 1)
+    eight = worker_blocks(order, workers, 8)
+    # when the workers are 90 % through their views, fusion could have taken:
+    assert finished_prefix(order, one, workers, 135) == 135      # one block each: only the first worker's
+    assert finished_prefix(order, eight, workers, 135) >= 260    # dealt blocks: all but the last block or two
+    # the price: sources in another worker's block (read from the folder), still a small share
+    neighbors = street(n)
+    remote = sum(eight[s] != eight[v] for v in range(n) for s in neighbors[v]) / sum(map(len, neighbors))
+    assert 0.05 < remote < 0.2
+    assert sum(one[s] != one[v] for v in range(n) for s in neighbors[v]) / sum(map(len, neighbors)) < 0.01
