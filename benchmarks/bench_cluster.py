@@ -218,7 +218,11 @@ def main(argv=None) -> int:
         fps = out / "fused_fps.ply"   # the sampling stage's pooling runs on the cluster too: same bytes
         fps_digest = hashlib.sha256(fps.read_bytes()).hexdigest() if fps.is_file() else None
         ref_fps = samples.setdefault(run["backend"], (mode, fps_digest))
+        fusion_record = out / "stereo" / "fusion.json"   # fusion's own seconds (beside depth: its loads' waits)
+        fusion_counts = json.loads(fusion_record.read_text()).get("counts", {}) if fusion_record.is_file() else {}
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
+                     "fusion_counts": {k: fusion_counts[k] for k in ("seconds", "load_seconds", "load_wait_seconds",
+                                                                     "load_threads", "cache_views") if k in fusion_counts},
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
                      "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
                      "gpu_pool_peak_gib": {k: round(v / 2**30, 2) for k, v in

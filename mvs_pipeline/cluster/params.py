@@ -44,14 +44,14 @@ class ClusterConfig:
         "without --cluster (fusion beside the depth stage on the GPU, the same cloud); workers = as Dask tasks "
         "(fusion by ranges of reference views: with fusion.consume_pixels a slightly different cloud); "
         "auto = client for local and local-cuda (workers on this host), workers for an address"))
-    # Why 8 (issue #36): fusion in the client takes the final maps in view order; with one block per worker
-    # the second worker's half reached it only after the depth stage (3.3 s of fusion after a 15.4 s depth
-    # stage, 300 x 1024x768 on 2 x H200, session 29). More blocks move more sources across block borders
-    # (read from the folder instead of the worker's memory). BENCHMARKS.md, Scale-out.
-    blocks_per_worker: int = field(default=8, metadata=meta(
+    # Why 1 (issue #36): blocks dealt in turn would let fusion in the client (which takes the final maps in view
+    # order) trail both workers, but on 2 x H200 (300 x 1024x768, session 30) 8 blocks a worker added 1.5 s of
+    # map reads to each worker (sources across block borders, from the folder) and fusion's tail after the
+    # depth stage stayed 3.6-4.4 s: fusion there is bound by its own speed, not by the order. BENCHMARKS.md.
+    blocks_per_worker: int = field(default=1, metadata=meta(
         "the depth stage's views are cut into this many blocks per worker, dealt in turn along fusion's order "
-        "(each block's views stay on one worker in every pass); 1 = one contiguous block each", "blocks",
-        (1, 1024)))
+        "(each block's views stay on one worker in every pass); 1 = one contiguous block each (fewest maps "
+        "read from the folder)", "blocks", (1, 1024)))
     # Why batches (issue #36): at 512x384 a view takes ~7 ms on an H200, and with one task a view the GPU
     # workers were idle in 12-33 % of a pass (Dask's submission, dispatch and result of each task; 300 x
     # 1024x768, 2 GPUs, session 29). BENCHMARKS.md, Scale-out.
