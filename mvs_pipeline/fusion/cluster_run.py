@@ -171,6 +171,8 @@ def _merge_stats(records: list[dict]) -> dict:
     for key in ("points", "reference_views", "reloads", "silhouette_dropped", "load_seconds", "load_wait_seconds"):
         stats[key] = round(sum(r["stats"].get(key, 0) for r in records), 3) if "seconds" in key else \
             sum(r["stats"].get(key, 0) for r in records)
+    loops = [r["stats"].get("loop_seconds", {}) for r in records]
+    stats["loop_seconds"] = {k: round(sum(loop.get(k, 0.0) for loop in loops), 3) for k in loops[0]}
     for key in ("cache_views", "gpu_peak_bytes"):
         values = [r["stats"][key] for r in records if r["stats"].get(key) is not None]
         stats[key] = max(values) if values else None

@@ -487,16 +487,27 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         load = gate.gated(load)
     cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
                        threads=threads, stats=stats, load=load)
+    # the loop's own seconds: making views resident (their loads' waits and uploads), fusing, and the
+    # caller's work on each chunk (packing and queueing its bytes): where a slow fusion spends its time
+    loop = stats.setdefault("loop_seconds", {"acquire": 0.0, "fuse": 0.0, "consumer": 0.0})
     try:
         for step, r in enumerate(tqdm(refs, desc="fusion", unit="view", disable=not progress)):
+            t0 = time.perf_counter()
             views = cache.acquire(step)
+            t1 = time.perf_counter()
             cam_stack = np.stack([cams[v] for v in plan[step]])
             out = engine.fuse(views[r], [views[j] for j in nbrs[r]], cam_stack, cfg, silhouettes)
             stats["silhouette_dropped"] += out.pop("silhouette_dropped")
             stats["points"] += len(out["pixel"])
             chunk = FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
+            t2 = time.perf_counter()
             yield chunk if keep_on_device else chunk.to_host()
+            loop["acquire"] += t1 - t0
+            loop["fuse"] += t2 - t1
+            loop["consumer"] += time.perf_counter() - t2
     finally:
+        for k in loop:
+            loop[k] = round(loop[k], 3)
         cache.close()
         if pixels_by_view is not None:
             pixels_by_view.update(cache.pixels_by_view)
