@@ -181,7 +181,7 @@ def _run_views(ctx: RunContext) -> None:
 
 
 def _run_depth(ctx: RunContext) -> None:
-    if ctx.cluster_wanted:   # --cluster: one Dask task per (pass, view)
+    if ctx.cluster_wanted:   # --cluster: Dask tasks of a few views of one pass each
         from .depth import cluster_run  # noqa: PLC0415 (imports distributed)
 
         cluster_run.run(ctx)

@@ -1,4 +1,4 @@
-"""The `cluster` config section: where `run` sends the depth stage's (pass, view) tasks and, with
+"""The `cluster` config section: where `run` sends the depth stage's tasks (a few views of one pass each) and, with
 `later_stages: workers`, fusion's ranges and the sampling stage's pooling tasks (Dask).
 
 (field metadata and what `None` means: mvs_pipeline/field_meta.py)

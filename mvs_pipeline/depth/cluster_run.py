@@ -1,10 +1,11 @@
-"""The depth stage on a Dask cluster (`run --cluster`): one task per (pass, view).
+"""The depth stage on a Dask cluster (`run --cluster`): tasks of a few views of one pass each.
 
 A pass is a barrier: a geometric pass reads its sources' maps of the previous pass, and a finer
 scale this view's maps of the coarser one, so pass k+1 is submitted once every task of pass k
-has finished and its maps are on disk. Each task computes one view exactly as the single-process
-stage does (stage.compute_view, same per-(pass, view) seed), so the maps are byte-identical to a
-single-process run on the same backend, whichever worker computes which view and in which order.
+has finished and its maps are on disk. A task computes its views one by one exactly as the
+single-process stage does (stage.compute_view, same per-(pass, view) seed), so the maps are
+byte-identical to a single-process run on the same backend, whichever worker computes which view
+and in which order. How many views a task holds: views_per_task (cluster.task_megapixels).
 
 Writing overlaps computing, as in the single-process stage: a task queues its maps on the
 worker's background writer (8 threads, as the single-process stage's) and returns, so the GPU
