@@ -136,10 +136,6 @@ class _CpuEngine:
     def budget_bytes(self) -> int:
         return int(self.share * _available_host_memory())
 
-    def stage(self, host: HostView) -> HostView:
-        """In a loader thread, after the load: nothing to move (the slab pool copies at upload)."""
-        return host
-
     def open(self, capacity: int, max_pixels: int) -> None:
         from .cpu import SlabPool  # noqa: PLC0415 (Numba: imported only when the CPU backend runs)
 
@@ -181,8 +177,6 @@ class _CudaEngine:
         self.peak_bytes = 0
         self._out: dict | None = None
         self.share = share   # of the free memory the view cache may take
-        self._local = threading.local()   # each loader thread's stream
-        self._device = self.cp.cuda.Device().id   # the loop's device: the loaders stage onto it
 
     def budget_bytes(self) -> int:
         return int(self.share * usable_bytes())   # within the run's budget (gpu/memory_budget.py)
@@ -190,34 +184,14 @@ class _CudaEngine:
     def open(self, capacity: int, max_pixels: int) -> None:
         pass
 
-    def stage(self, host: HostView) -> HostView:
-        """In a loader thread, after the load: the view's arrays copied to the device there, finished before
-        the loop takes them. Why: uploading four arrays a view from pageable memory was 1.3 s of the loop's
-        3.2 s (300 views of 1024x768, H200, session 30; the copies hold the thread that makes them). Each
-        loader has a non-blocking stream of its own: CuPy's default (legacy) stream would also wait for the
-        depth stage's queued kernels when fusion runs beside it (fusion/trailing.py)."""
+    def upload(self, host: HostView, blocked: np.ndarray) -> dict:
         cp = self.cp
-        with cp.cuda.Device(self._device):
-            stream = getattr(self._local, "stream", None)
-            if stream is None:
-                stream = self._local.stream = cp.cuda.Stream(non_blocking=True)
-            with stream:
-                staged = dataclasses.replace(host, depth=cp.asarray(host.depth), normal=cp.asarray(host.normal),
-                                             color=cp.asarray(host.color), blocked=cp.asarray(host.blocked))
-            stream.synchronize()
-        return staged
-
-    def upload(self, host: HostView, blocked) -> dict:
-        cp = self.cp   # staged arrays are on the device already (cp.asarray returns them as they are)
         entry = {"depth": cp.asarray(host.depth), "normal": cp.asarray(host.normal), "color": cp.asarray(host.color),
                  "blocked": cp.asarray(blocked)}
         self._track()
         return entry
 
     def evict(self, entry: dict, keep_marks: bool) -> np.ndarray | None:
-        # the loop's kernels are done with the view before its memory goes back to CuPy's pool: a loader
-        # thread may take it at once for the next view on its own stream
-        self.cp.cuda.get_current_stream().synchronize()
         return entry["blocked"].get() if keep_marks else None
 
     def fuse(self, ref: dict, nbs: list[dict], cams: np.ndarray, cfg: FusionConfig, silhouettes=None) -> dict:
@@ -325,7 +299,7 @@ class _ViewCache:
         # the loads' wall seconds, summed over the loader threads: beside load_wait_seconds (what
         # the fusion loop waited for them) it tells whether the loaders bound the stage (issue #36)
         t0 = time.perf_counter()
-        host = self.engine.stage(self.load(inp))
+        host = self.load(inp)
         with self._load_lock:
             self.stats["load_seconds"] += time.perf_counter() - t0
         return host
@@ -423,9 +397,8 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
         return max(cfg.cache_views, need)
     per_view = max(inp.width * inp.height for inp in inputs if inp is not None) * BYTES_PER_PIXEL
     budget = engine.budget_bytes()
-    # loads in flight share the memory with the resident views (on the CPU the host's, on the GPU the
-    # device's: the loaders stage them there)
-    budget -= PREFETCH_PER_THREAD * load_threads(cfg) * per_view
+    if engine.name == "cpu":  # loads in flight share host memory with the resident views
+        budget -= PREFETCH_PER_THREAD * load_threads(cfg) * per_view
     fit = max(0, budget) // per_view
     if fit < need:
         log.warning("fusion: about %d views fit in half the free %s memory but one reference needs %d; trying %d",
