@@ -1,0 +1,45 @@
+"""scripts/depth_precision_bound.py (issue #37's yardstick check): the image motion per metre of depth that it
+computes is the stereo formula's f * b / z^2 for two parallel cameras looking at a wall."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from mvs_pipeline.scene.scene import View
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "depth_precision_bound.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("depth_precision_bound", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def view(x: float, f: float, w: int, h: int) -> View:
+    """A camera at (x, 0, 0) looking down +z (world = camera frame shifted by x)."""
+    K = np.array([[f, 0, w / 2], [0, f, h / 2], [0, 0, 1.0]])
+    return View(image_id=1, name=f"v{x}.png", image_path=Path("unused"), camera_model="PINHOLE", width=w, height=h,
+                K=K, R=np.eye(3), t=np.array([-x, 0.0, 0.0]))
+
+
+def test_motion_per_metre_is_f_b_over_z_squared_and_zero_where_unseen():
+    mod = load_script()
+    f, w, h, z, baseline = 200.0, 80, 60, 3.0, 0.3
+    views = [view(0.0, f, w, h), view(baseline, f, w, h)]
+    depths = [np.full((h, w), z, np.float32), np.full((h, w), z, np.float32)]
+    ok, rays, points = mod.pixel_rays(views[0], depths[0])
+    assert ok.all() and np.allclose(points[:, 2], z)
+    rate = mod.pixels_per_metre(SimpleNamespace(views=views), depths, 0, rays, points)
+    seen = rate > 0
+    # the second camera, 0.3 m to the right, sees the wall's points up to 20 px (f b / z) off its right edge
+    u = (np.arange(w) + 0.5)[None, :].repeat(h, 0)[ok]
+    assert np.array_equal(seen, u - f * baseline / z >= 0)
+    np.testing.assert_allclose(rate[seen], f * baseline / z**2, rtol=1e-3)   # 6.67 px per metre
+    # a matching error of e px is then z^2 / (f b) * e metres of depth: 0.15 m at one pixel here
+    assert abs(1.0 / rate[seen][0] - z**2 / (f * baseline)) < 1e-3
