@@ -69,6 +69,9 @@ class RunContext:
     selection: object = None
     counts: dict = field(default_factory=dict)
     auto: list | None = None  # config/auto.py's AutoValues once cfg's `auto` keys are resolved (resolve_auto)
+    # AutoValues an earlier run resolved into the config this one reads pinned (`mesh OUT` reads the run's
+    # config.resolved.yaml): kept in this run's notes beside its own
+    auto_inherited: list = field(default_factory=list)
     masks_checked: bool = False  # the mask folders' files against the prepared images (_check_masks_once)
     # called as the depth stage starts (ctx, stages), returns what ends it at the end of the run (or
     # None): commands/run.py compiles the later stages' CPU twins in the background (compile_ahead.py)
@@ -132,9 +135,11 @@ class RunContext:
         once: every stage after load and every fingerprint reads the resolved values."""
         if self.auto is not None:
             return
-        self.cfg, self.auto = resolve_auto(self.cfg, self.require_scene())
-        for a in self.auto:
+        self.cfg, resolved = resolve_auto(self.cfg, self.require_scene())
+        for a in resolved:
             log.info("auto: %s = %s (%s)", a.key, a.shown, a.reason)
+        again = {a.key for a in resolved}
+        self.auto = [a for a in self.auto_inherited if a.key not in again] + resolved
 
     def start_cluster(self) -> None:
         """Start `--cluster`'s cluster in the background (cluster/client.ClusterStart): its workers

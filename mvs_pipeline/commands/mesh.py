@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..config.auto import keys_resolved_in
+from ..config.auto import keys_resolved_in, notes_resolved_in
 from ..config.loader import load_config
 from ..errors import MVSError
 from ..pipeline import RunContext, run_pipeline
@@ -47,8 +47,10 @@ def main(args: argparse.Namespace) -> int:
     if args.evaluate and "mesh" not in cfg.evaluate.clouds:   # a run made before the mesh stage lists its clouds
         cfg = dataclasses.replace(cfg, evaluate=dataclasses.replace(cfg.evaluate,
                                                                     clouds=(*cfg.evaluate.clouds, "mesh")))
+    # the run's other `auto` notes stay in config.resolved.yaml and run.json, which this call rewrites
+    inherited = [a for a in notes_resolved_in(Path(base).read_text()) if a.key != "mesh.closed"] if from_run else []
     ctx = RunContext(cfg=cfg, workspace=out, out_dir=out, overwrite=args.overwrite, progress=not args.quiet,
-                     gt=args.gt)
+                     gt=args.gt, auto_inherited=inherited)
     record = run_pipeline(ctx, ["mesh", "evaluate"] if args.evaluate else ["mesh"])
     if not args.quiet:
         print(f"{out / 'mesh.ply'}")

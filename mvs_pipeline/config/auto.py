@@ -127,3 +127,20 @@ def keys_resolved_in(text: str) -> list[str]:
     """The keys a config.resolved.yaml's header (annotate_yaml) says `auto` resolved, in its order."""
     prefix = "# auto: "
     return [ln[len(prefix):].split(" = ", 1)[0] for ln in text.splitlines() if ln.startswith(prefix) and " = " in ln]
+
+
+def notes_resolved_in(text: str) -> list[AutoValue]:
+    """The AutoValues a config.resolved.yaml's header (annotate_yaml) records, in its order: what a later
+    command on the run (`mesh OUT`) keeps saying about the values it reads pinned from that file."""
+    prefix, notes = "# auto: ", []
+    for line in text.splitlines():
+        if not (line.startswith(prefix) and " = " in line and line.endswith(")") and " (" in line):
+            continue
+        key, rest = line[len(prefix):].split(" = ", 1)
+        shown, reason = rest.split(" (", 1)
+        try:
+            value = json.loads(shown)
+        except ValueError:
+            continue
+        notes.append(AutoValue(key, value, reason[:-1]))
+    return notes

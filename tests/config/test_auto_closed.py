@@ -9,7 +9,7 @@ import pytest
 
 from mvs_pipeline.cli import main
 from mvs_pipeline.commands import mesh as mesh_command
-from mvs_pipeline.config.auto import annotate_yaml, keys_resolved_in, resolve_auto
+from mvs_pipeline.config.auto import AutoValue, annotate_yaml, keys_resolved_in, notes_resolved_in, resolve_auto
 from mvs_pipeline.config.loader import dump_config, load_config
 from mvs_pipeline.mesh.params import auto_closed
 
@@ -63,3 +63,31 @@ def test_mesh_command_resolves_a_run_s_auto_again(tmp_path, monkeypatch):
     (out / "config.resolved.yaml").write_text(dump_config(load_config(None, [*PINNED, *SILHOUETTES,
                                                                              "mesh.closed=false"])))
     assert main(["-q", "mesh", str(out)]) == 0 and seen[-1].mesh.closed is False
+
+
+def test_mesh_command_keeps_the_run_s_other_auto_notes(tmp_path, monkeypatch):
+    """`mesh OUT` rewrites config.resolved.yaml and run.json: the notes of the keys the run resolved (read back
+    pinned from that file) stay, beside mesh.closed resolved again for this call."""
+    out = tmp_path / "out"
+    (out / "sparse").mkdir(parents=True)
+    cfg, resolved = resolve_auto(load_config(None, [*PINNED, *SILHOUETTES]), None)
+    earlier = [AutoValue("fusion.consume_pixels", False, "235,929,600 pixels in all (auto: true from 5e8)"),
+               AutoValue("views.num_neighbors", 10, "300 views")]
+    text = annotate_yaml(dump_config(cfg), [*earlier, *resolved])
+    assert notes_resolved_in(text) == [*earlier, *resolved]   # the header read back as written
+    (out / "config.resolved.yaml").write_text(text)
+    seen = []
+
+    def fake_run(ctx, stages):
+        ctx.scene = object()   # every `auto` key but mesh.closed is pinned: resolve_auto reads no scene
+        ctx.resolve_auto()
+        seen.append(ctx)
+        return {"stage_seconds": {}, "counts": {}}
+
+    monkeypatch.setattr(mesh_command, "run_pipeline", fake_run)
+    assert main(["-q", "mesh", str(out), "--method", "tsdf"]) == 0
+    notes = seen[-1].auto
+    assert notes[:2] == earlier and [(a.key, a.value) for a in notes[2:]] == [("mesh.closed", False)]
+    rewritten = annotate_yaml(dump_config(seen[-1].cfg), notes)
+    assert "# auto: fusion.consume_pixels = false (235,929,600 pixels in all (auto: true from 5e8))" in rewritten
+    assert keys_resolved_in(rewritten) == ["fusion.consume_pixels", "views.num_neighbors", "mesh.closed"]
