@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -162,7 +163,10 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool, back
         # pooling by spacing: the tiny scene's cloud has a median spacing of 0 (with 2 agreeing views a
         # pixel pair fuses into the same point from both sides), which skips the pooling: pool by size
         cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, pre_pool_voxel_size=_POOL_VOXEL_M))
-    with tempfile.TemporaryDirectory(prefix="mvs_compile_ahead_") as tmp:
+    # ignore_cleanup_errors: an interrupted run's daemon threads may still be writing into it as it goes, and
+    # an OSError from the removal would replace the KeyboardInterrupt; main() removes what is left
+    with tempfile.TemporaryDirectory(prefix="mvs_compile_ahead_", ignore_cleanup_errors=True) as tmp:
+        _SCENE_DIRS.append(Path(tmp))
         scene = generate_scene("object", Path(tmp) / "scene", views=_VIEWS, width=_WIDTH, height=_HEIGHT, seed=0,
                                scans=scans, max_scan_points=_SCAN_POINTS)
         out = Path(tmp) / "out"
@@ -173,6 +177,26 @@ def compile_later_stages(config_path: Path, stages: list[str], scans: bool, back
         for stage in stages:
             run_pipeline(RunContext(cfg=cfg, workspace=scene, out_dir=out, overwrite=False, progress=False), [stage])
             log.info("%s done", stage)
+
+
+_SCENE_DIRS: list[Path] = []   # the temporary scene folders made here: removed again after a stop
+_REMOVAL_SECONDS, _QUIET_SECONDS = 3.0, 0.25
+
+
+def _remove_scene_dirs() -> None:
+    """Remove the temporary scene folders, again for a while if something still writes into them (a stopped
+    run's background writers, daemon threads: on CI's loaded clone one was left behind once, session 30)."""
+    deadline, gone_since = time.monotonic() + _REMOVAL_SECONDS, None
+    while time.monotonic() < deadline:
+        if any(p.exists() for p in _SCENE_DIRS):   # (again: something wrote since the last removal)
+            gone_since = None
+            for path in _SCENE_DIRS:
+                shutil.rmtree(path, ignore_errors=True)
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since >= _QUIET_SECONDS:   # and stayed gone: nothing writes any more
+            return
+        time.sleep(0.05)
 
 
 def main(argv: list[str], exit_on_stop: bool = False) -> int:
@@ -199,10 +223,11 @@ def main(argv: list[str], exit_on_stop: bool = False) -> int:
         with interrupt_handling():
             compile_later_stages(config_path, [s for s in names if s in LATER_STAGES], "scans" in names, backend)
     except KeyboardInterrupt:
+        _remove_scene_dirs()
         log.info("stopped")
         if exit_on_stop:   # as a process (stop()): leave before the interrupted compile's objects are freed
             # an interrupted Numba compile can leave LLVM's modules half made, and freeing them crashed with
-            # SIGSEGV in LLVMDisposeModule just after this line (twice on CI's clones); the scene is gone already
+            # SIGSEGV in LLVMDisposeModule just after this line (twice on CI's clones); the scene is gone (above)
             logging.shutdown()
             sys.stderr.flush()
             os._exit(1)

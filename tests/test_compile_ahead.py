@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -224,3 +225,29 @@ def test_the_cuda_compile_ahead_runs_the_later_stages_on_the_gpu(synth_scene_fac
     marker = list(cache.glob("mvs-pipeline-compiled-*"))
     assert len(marker) == 1 and marker[0].read_text().split() == ["cuda:evaluate", "cuda:fusion", "cuda:sampling",
                                                                   "cuda:scans"]
+
+
+def test_a_stopped_compile_removes_its_scene_even_while_a_thread_still_writes_into_it(tmp_path, monkeypatch):
+    """After a stop, a run's daemon thread may still write into the temporary scene as it is removed (one was
+    left behind on CI's loaded clone): the removal tries again until the folder stays gone."""
+    scene = tmp_path / "mvs_compile_ahead_x"
+    (scene / "out").mkdir(parents=True)
+    monkeypatch.setattr(compile_ahead, "_SCENE_DIRS", [scene])
+    stop_writing = threading.Event()
+
+    def writer():   # recreates a file in the folder for 0.3 s, as a late background write would
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            try:
+                (scene / "out").mkdir(parents=True, exist_ok=True)
+                (scene / "out" / "late.bin").write_bytes(b"x")
+            except OSError:
+                pass
+            time.sleep(0.01)
+        stop_writing.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    compile_ahead._remove_scene_dirs()
+    thread.join()
+    assert stop_writing.is_set() and not scene.exists()
