@@ -43,3 +43,19 @@ def test_motion_per_metre_is_f_b_over_z_squared_and_zero_where_unseen():
     np.testing.assert_allclose(rate[seen], f * baseline / z**2, rtol=1e-3)   # 6.67 px per metre
     # a matching error of e px is then z^2 / (f b) * e metres of depth: 0.15 m at one pixel here
     assert abs(1.0 / rate[seen][0] - z**2 / (f * baseline)) < 1e-3
+
+
+def test_the_fusion_rule_study_gives_z2_over_f_b_for_a_fronto_parallel_point():
+    spec = importlib.util.spec_from_file_location("precision_rule_study", SCRIPT.parent / "precision_rule_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    f, z, baseline = 200.0, 3.0, 0.3
+    views = [view(0.0, f, 80, 60), view(baseline, f, 80, 60), view(-baseline / 2, f, 80, 60)]
+    scene = SimpleNamespace(views=views, num_views=3)
+    xyz = np.array([[0.1, 0.0, z], [0.1, 0.0, z], [0.1, 0.0, z]])
+    normals = np.array([[0.0, 0.0, -1.0]] * 3)   # a wall facing the cameras
+    visibility = [np.array([0, 1]), np.array([0, 2]), np.array([0])]   # reference first, then who agreed
+    error = study.surface_error_per_pixel(scene, xyz, normals, visibility)
+    np.testing.assert_allclose(error[0], z**2 / (f * baseline), rtol=1e-3)       # 0.15 m a pixel
+    np.testing.assert_allclose(error[1], z**2 / (f * baseline / 2), rtol=1e-3)   # half the baseline: twice
+    assert error[2] == np.inf   # no other view agreed: no depth resolution

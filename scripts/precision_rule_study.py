@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Would fusion gain from dropping the points whose geometry makes them imprecise? (issue #37, item 2; a study)
+
+depth_precision_bound.py found that on room_seen at 320x240 one pixel of matching error moves a wall's point by
+2.9 cm (median) even in its best view, against 0.5 cm on the object. This asks whether a rule that needs no ground
+truth can use that: for each fused point, from its .vis record (the reference view and the views that agreed), how
+far its surface moves per pixel of matching error in the agreeing view that resolves its depth best
+(|ray . normal| / pixels per metre of the reference's depth, the point's own normal). Points above a threshold
+(metres per pixel) are dropped and the rest scored with the ETH3D metric, beside fusion's normal-angle rule's
+accuracy / F1 trade-off (BENCHMARKS, "Accuracy against F1 through the normal agreement").
+
+    python scripts/precision_rule_study.py SCENE RUN [--thresholds 0.005,0.01,0.02,0.03,0.05] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: E402
+from mvs_pipeline.evaluation.mlp import load_scans  # noqa: E402
+from mvs_pipeline.io.ply import read_ply  # noqa: E402
+from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis  # noqa: E402
+from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
+
+
+def surface_error_per_pixel(scene, xyz: np.ndarray, normals: np.ndarray, visibility: list[np.ndarray],
+                            step: float = 1e-3) -> np.ndarray:
+    """[N] metres off the surface per pixel of matching error, in the agreeing view that resolves each point's
+    depth along its reference ray best (inf for a point no other view agreed on). visibility: .vis records' view
+    lists as view_idx (reference first)."""
+    out = np.full(len(xyz), np.inf)
+    refs = np.array([v[0] for v in visibility])
+    agree = np.zeros((len(xyz), scene.num_views), bool)   # point i, view j agreed (the reference not counted)
+    for i, v in enumerate(visibility):
+        agree[i, v[1:]] = True
+    for r in np.unique(refs):
+        rows = np.flatnonzero(refs == r)
+        ref = scene.views[r]
+        cam = ref.world_to_cam(xyz[rows])
+        along = (cam / cam[:, 2:3]) @ ref.R   # world direction of one metre of the reference's z-depth
+        off_surface = np.abs(np.sum(along * normals[rows], axis=1))
+        best = np.zeros(len(rows))
+        for j in range(scene.num_views):
+            has = agree[rows, j]
+            if j == r or not has.any():
+                continue
+            view = scene.views[j]
+            uv0, _ = view.project(xyz[rows[has]])
+            uv1, _ = view.project(xyz[rows[has]] + step * along[has])
+            best[has] = np.maximum(best[has], np.linalg.norm(uv1 - uv0, axis=1) / step)
+        with np.errstate(divide="ignore"):
+            out[rows] = np.where(best > 0, off_surface / best, np.inf)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scene", type=Path, help="a folder made by `mvs-pipeline synth` (gt/eth3d/scan_alignment.mlp)")
+    ap.add_argument("run", type=Path, help="a run of it (OUT with fused.ply and fused.ply.vis)")
+    ap.add_argument("--thresholds", default="0.005,0.0075,0.01,0.015,0.02,0.03,0.05",
+                    help="metres of surface per pixel of matching error above which a point is dropped")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    sparse = args.run / "sparse"
+    scene = read_scene(args.run / "images", sparse / "0" if (sparse / "0").is_dir() else sparse)
+    cloud = read_ply(args.run / "fused.ply")
+    records = read_vis(args.run / "fused.ply.vis", len(cloud.xyz))
+    # .vis names COLMAP image indices (the rank of image_id); back to view_idx
+    to_view = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))
+    visibility = [to_view[np.asarray(r, np.int64)] for r in records]
+    error = surface_error_per_pixel(scene, cloud.xyz.astype(np.float64), cloud.normals.astype(np.float64), visibility)
+    scans = load_scans(args.scene / "gt" / "eth3d" / "scan_alignment.mlp")
+    rows = []
+    for threshold in [float("inf"), *(float(t) for t in args.thresholds.split(",") if t)]:
+        keep = error <= threshold
+        scores = evaluate_eth3d(cloud.xyz[keep], scans, [0.02], backend="cpu")
+        row = {"threshold_m_per_px": threshold, "points": int(keep.sum()),
+               "accuracy": round(scores["accuracy"][0], 4), "completeness": round(scores["completeness"][0], 4),
+               "f1": round(scores["f1"][0], 4)}
+        rows.append(row)
+        print(f"threshold {threshold:g} m/px: {row['points']} points, accuracy {row['accuracy']:.3f}, "
+              f"completeness {row['completeness']:.3f}, F1 {row['f1']:.3f}", flush=True)
+    print(f"surface error a pixel of the fused points: median {100 * np.median(error[np.isfinite(error)]):.2f} cm")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
