@@ -313,26 +313,25 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
                for refs in batches]
     done, valid = 0, 0
     try:
-        bar = tqdm(total=len(pending), desc=f"depth {pss.id} (cluster)", unit="view", disable=not progress)
-        for fut in as_completed(futures):
-            result = fut.result()
-            bar.update(len(result["views"]))
-            w = workers.setdefault(result["worker"], {"tasks": 0, "views": 0, "seconds": 0.0})
-            w["tasks"] += 1
-            w["views"] += len(result["views"])
-            w["seconds"] = round(w["seconds"] + result["seconds"], 3)
-            by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
-            for k, v in result.get("seconds_by_category", {}).items():
-                by_category[k] = round(by_category.get(k, 0.0) + v, 4)
-            # (pass, start, end) per task, seconds from the pass's submission: gaps between a
-            # worker's tasks are time its GPU had no task (scheduling, imbalance, the barrier)
-            w.setdefault("spans", []).append((pss.id, round(result["span"][0] - submitted, 3),
-                                              round(result["span"][1] - submitted, 3)))
-            done += len(result["views"])
-            valid += result["valid_pixels"]
-            if on_task_done is not None:
-                on_task_done(result)
-        bar.close()
+        with tqdm(total=len(pending), desc=f"depth {pss.id} (cluster)", unit="view", disable=not progress) as bar:
+            for fut in as_completed(futures):
+                result = fut.result()
+                bar.update(len(result["views"]))
+                w = workers.setdefault(result["worker"], {"tasks": 0, "views": 0, "seconds": 0.0})
+                w["tasks"] += 1
+                w["views"] += len(result["views"])
+                w["seconds"] = round(w["seconds"] + result["seconds"], 3)
+                by_category = w.setdefault("seconds_by_category", {})   # where a worker's task time went
+                for k, v in result.get("seconds_by_category", {}).items():
+                    by_category[k] = round(by_category.get(k, 0.0) + v, 4)
+                # (pass, start, end) per task, seconds from the pass's submission: gaps between a
+                # worker's tasks are time its GPU had no task (scheduling, imbalance, the barrier)
+                w.setdefault("spans", []).append((pss.id, round(result["span"][0] - submitted, 3),
+                                                  round(result["span"][1] - submitted, 3)))
+                done += len(result["views"])
+                valid += result["valid_pixels"]
+                if on_task_done is not None:
+                    on_task_done(result)
     except BaseException:
         client.cancel(futures)
         raise
