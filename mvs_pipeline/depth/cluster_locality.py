@@ -3,9 +3,10 @@ which order the tasks go out (issue #36: fusion trailing the final pass).
 
 A geometric pass reads every source's maps of the previous pass. A worker has the maps it computed
 itself in memory (on the GPU) and reads the others' from the shared folder (~15 MB a view at
-1024x768), so views whose sources it computed are cheaper for it. Views are put in an order where each
-view's neighbours follow it closely and cut into contiguous blocks, dealt to the workers in turn;
-each view keeps the same worker in every pass. The hints are loose (Dask may run a task elsewhere,
+1024x768), so views whose sources it computed are cheaper for it. Views are put in breadth-first order
+over the view graph (a view's neighbours follow it closely) and cut into contiguous blocks, dealt to the
+workers in turn; each view keeps the same worker in every pass. Within a pass the tasks go out in fusion's
+order (task_order), which is the order each worker then computes its views in. The hints are loose (Dask may run a task elsewhere,
 e.g. when a worker is gone or idle): correctness never depends on them.
 
 Several blocks per worker (cluster.blocks_per_worker, default 1) were meant to let fusion, which runs
@@ -14,7 +15,8 @@ trail both workers: with one block each, the second worker's half of the final p
 as the depth stage ends. Measured on 2 x H200 (300 x 1024x768, session 30), 8 blocks a worker cost each
 worker 1.5 s more of map reads (sources across block borders come from the folder) and fusion's time
 after the depth stage stayed 3.6-4.4 s: there fusion is bound by its own speed beside the workers, not
-by the order in which the maps arrive. Tasks go out in fusion's order in any case (it costs nothing).
+by the order in which the maps arrive. (Those runs cut the blocks along fusion's order; on a street it is the
+breadth-first order.) Tasks go out in fusion's order in any case (it costs nothing).
 """
 
 from __future__ import annotations
@@ -50,9 +52,8 @@ def neighbourhood_order(views: list[int], neighbors: list[list[int]]) -> list[in
 
 
 def task_order(views: list[int], neighbors: list[list[int]]) -> list[int]:
-    """The order in which a pass's tasks are submitted (Dask runs a worker's tasks in that order) and
-    cut into blocks: the order in which fusion can take the final maps (depth/fusion_order.py), which
-    also keeps a view's neighbours close to it."""
+    """The order in which a pass's tasks are submitted (Dask runs a worker's tasks in that order): the
+    order in which fusion can take the final maps (depth/fusion_order.py)."""
     return fusion_ready_order(views, neighbors)
 
 

@@ -60,7 +60,7 @@ from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_final_maps import FinalMapsWatcher
-from .cluster_locality import task_order, worker_blocks
+from .cluster_locality import neighbourhood_order, task_order, worker_blocks
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, scaled_size
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
@@ -369,11 +369,12 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     if not hasattr(client, "submit"):
         client = client()
     job = _job(client, cfg, scene, sel, passes, out_dir, backend)
-    # the same blocks of neighbouring views on the same worker in every pass (loose hints), every pass's
-    # tasks submitted in fusion's order (cluster_locality.py)
-    order = task_order(todo, sel.neighbors)
-    hints = worker_blocks(order, sorted(client.scheduler_info().get("workers", {})), cfg.cluster.blocks_per_worker)
-    rank = {v: i for i, v in enumerate(order)}
+    # the same blocks of neighbouring views on the same worker in every pass (loose hints, cut along the
+    # breadth-first order as measured since session 17), every pass's tasks submitted in fusion's order
+    # (cluster_locality.py)
+    hints = worker_blocks(neighbourhood_order(todo, sel.neighbors), sorted(client.scheduler_info().get("workers", {})),
+                          cfg.cluster.blocks_per_worker)
+    rank = {v: i for i, v in enumerate(task_order(todo, sel.neighbors))}
     pending_by_pass = {k: sorted(p, key=rank.__getitem__) for k, p in pending_by_pass.items()}
     # sent to every worker once, not pickled into each of the (passes x views) tasks
     job_ref = client.scatter(job, broadcast=True, hash=False)
