@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                                     max_points=cfg.poisson_max_points, solver=args.solver)
         row.update(solver=args.solver, seconds=round(time.perf_counter() - t1, 3),
                    peak_rss_gib_after_solve=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
-                   vertices=mesh.num_vertices, faces=mesh.num_faces, area_m2=round(float(mesh.area()), 3), counts=counts)
+                   vertices=mesh.num_vertices, faces=mesh.num_faces, area=round(float(mesh.area()), 3), counts=counts)
         mesh_path = args.mesh_out or Path("/tmp") / f"bench_poisson_{args.solver}_d{counts['mesh_poisson_depth']}.ply"
         write_mesh_ply(mesh_path, mesh)
         if args.gt:
@@ -94,7 +94,7 @@ def trim_sweep(cloud, cfg: MeshConfig, args, trims: list[float]) -> list[dict]:
         path = args.mesh_out or Path("/tmp") / "bench_poisson_trim.ply"
         write_mesh_ply(path, mesh)
         row = {"trim_cells": k, "trim_distance": round(limit, 6), "faces": mesh.num_faces,
-               "area_m2": round(float(mesh.area()), 3)}
+               "area": round(float(mesh.area()), 3)}
         if scans is not None:
             row["scores"] = scores(path, scans, "cpu", args.sample_spacing)
         print(json.dumps(row), flush=True)

@@ -18,7 +18,8 @@ whenever the method is poisson), the Poisson solve gets the visual hull's surfac
 and the mesh stays closed (visual_hull.py).
 
 Outputs: OUT/mesh.ply (binary little-endian, float32 xyz, uchar rgb, int faces: Open3D, MeshLab
-and Blender read it) and OUT/mesh.json (method, resolved settings, counts). The stage is skipped
+and Blender read it) and OUT/mesh.json (method, resolved settings, counts; `area` in the scene's units
+squared: m^2 for a metric model, mm^2 for DTU's). The stage is skipped
 when both exist, unless overwrite; whether they are current is the stage fingerprint's
 (fingerprints.py: the mesh keys, fused.ply's stamp, the depth maps' and masks' stamps).
 The evaluate stage scores mesh.ply by points sampled uniformly on its surface (io/mesh_ply.py).
@@ -214,7 +215,7 @@ def build_mesh(cfg: MeshConfig, out_dir: Path, *, scene=None, mask_dir=None, sil
     _write_preview(mesh_path, mesh, areas)
     counts["mesh_write_seconds"] = round(time.perf_counter() - tw, 3)
     record = {"method": cfg.method, "backend": backend, "settings": settings,
-              "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area_m2": round(float(areas.sum()), 6),
+              "vertices": mesh.num_vertices, "faces": mesh.num_faces, "area": round(float(areas.sum()), 6),
               "seconds": round(time.perf_counter() - t0, 3), "counts": counts}
     atomic_write_text(record_path, json.dumps(record, indent=1))
     log.info("mesh: %s, %d vertices, %d faces (%s, %.2f s)", mesh_path, mesh.num_vertices, mesh.num_faces,

@@ -50,6 +50,8 @@ def test_poisson_stage_writes_mesh_record_and_preview(tmp_path):
     assert (tmp_path / "previews" / "mesh.npz").is_file()
     mesh = read_mesh_ply(tmp_path / "mesh.ply")
     assert mesh.colors is not None and abs(mesh.area() - np.pi) < 0.05 * np.pi
+    # the record's area is the mesh's, in the scene's units squared (no unit in the key: DTU's are mm)
+    assert abs(json.loads((tmp_path / "mesh.json").read_text())["area"] - mesh.area()) < 1e-5
     stamp = (tmp_path / "mesh.ply").stat().st_mtime_ns
     build_mesh(MeshConfig(), tmp_path)   # current: skipped
     assert (tmp_path / "mesh.ply").stat().st_mtime_ns == stamp
