@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..config.auto import keys_resolved_in, notes_resolved_in
+from ..config.auto import notes_resolved_in
 from ..config.loader import load_config
 from ..errors import MVSError
 from ..pipeline import RunContext, run_pipeline
@@ -39,7 +39,9 @@ def main(args: argparse.Namespace) -> int:
     if base is None and (out / "config.resolved.yaml").is_file():
         base, from_run = str(out / "config.resolved.yaml"), True
     overrides = list(args.overrides) + ([f"mesh.method={args.method}"] if args.method else [])
-    if from_run and "mesh.closed" in keys_resolved_in(Path(base).read_text()):
+    # the `auto` notes of the run's config.resolved.yaml (its header)
+    notes = notes_resolved_in(Path(base).read_text()) if from_run else []
+    if "mesh.closed" in [a.key for a in notes]:
         # the run's `auto` again, resolved for this call's method and masks (a run closed by auto, meshed
         # again with --method tsdf, is not refused for its pinned `closed: true`); a --set mesh.closed wins
         overrides.insert(0, "mesh.closed=auto")
@@ -48,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, evaluate=dataclasses.replace(cfg.evaluate,
                                                                     clouds=(*cfg.evaluate.clouds, "mesh")))
     # the run's other `auto` notes stay in config.resolved.yaml and run.json, which this call rewrites
-    inherited = [a for a in notes_resolved_in(Path(base).read_text()) if a.key != "mesh.closed"] if from_run else []
+    inherited = [a for a in notes if a.key != "mesh.closed"]
     ctx = RunContext(cfg=cfg, workspace=out, out_dir=out, overwrite=args.overwrite, progress=not args.quiet,
                      gt=args.gt, auto_inherited=inherited)
     record = run_pipeline(ctx, ["mesh", "evaluate"] if args.evaluate else ["mesh"])

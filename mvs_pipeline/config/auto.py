@@ -123,12 +123,6 @@ def annotate_yaml(text: str, resolved: list[AutoValue]) -> str:
     return "\n".join(head + lines) + "\n"
 
 
-def keys_resolved_in(text: str) -> list[str]:
-    """The keys a config.resolved.yaml's header (annotate_yaml) says `auto` resolved, in its order."""
-    prefix = "# auto: "
-    return [ln[len(prefix):].split(" = ", 1)[0] for ln in text.splitlines() if ln.startswith(prefix) and " = " in ln]
-
-
 def notes_resolved_in(text: str) -> list[AutoValue]:
     """The AutoValues a config.resolved.yaml's header (annotate_yaml) records, in its order: what a later
     command on the run (`mesh OUT`) keeps saying about the values it reads pinned from that file."""

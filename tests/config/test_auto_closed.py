@@ -9,7 +9,7 @@ import pytest
 
 from mvs_pipeline.cli import main
 from mvs_pipeline.commands import mesh as mesh_command
-from mvs_pipeline.config.auto import AutoValue, annotate_yaml, keys_resolved_in, notes_resolved_in, resolve_auto
+from mvs_pipeline.config.auto import AutoValue, annotate_yaml, notes_resolved_in, resolve_auto
 from mvs_pipeline.config.loader import dump_config, load_config
 from mvs_pipeline.mesh.params import auto_closed
 
@@ -51,7 +51,7 @@ def test_mesh_command_resolves_a_run_s_auto_again(tmp_path, monkeypatch):
     (out / "sparse").mkdir(parents=True)
     cfg, resolved = resolve_auto(load_config(None, [*PINNED, *SILHOUETTES]), None)
     (out / "config.resolved.yaml").write_text(annotate_yaml(dump_config(cfg), resolved))
-    assert keys_resolved_in((out / "config.resolved.yaml").read_text()) == ["mesh.closed"]
+    assert [a.key for a in notes_resolved_in((out / "config.resolved.yaml").read_text())] == ["mesh.closed"]
     seen = []
     monkeypatch.setattr(mesh_command, "run_pipeline",
                         lambda ctx, stages: seen.append(ctx.cfg) or {"stage_seconds": {}, "counts": {}})
@@ -90,4 +90,5 @@ def test_mesh_command_keeps_the_run_s_other_auto_notes(tmp_path, monkeypatch):
     assert notes[:2] == earlier and [(a.key, a.value) for a in notes[2:]] == [("mesh.closed", False)]
     rewritten = annotate_yaml(dump_config(seen[-1].cfg), notes)
     assert "# auto: fusion.consume_pixels = false (235,929,600 pixels in all (auto: true from 5e8))" in rewritten
-    assert keys_resolved_in(rewritten) == ["fusion.consume_pixels", "views.num_neighbors", "mesh.closed"]
+    assert [a.key for a in notes_resolved_in(rewritten)] == ["fusion.consume_pixels", "views.num_neighbors",
+                                                             "mesh.closed"]
