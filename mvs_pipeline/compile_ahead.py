@@ -29,10 +29,10 @@ import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 from pathlib import Path

@@ -6,8 +6,9 @@ itself in memory (on the GPU) and reads the others' from the shared folder (~15 
 1024x768), so views whose sources it computed are cheaper for it. Views are put in breadth-first order
 over the view graph (a view's neighbours follow it closely) and cut into contiguous blocks, dealt to the
 workers in turn; each view keeps the same worker in every pass. Within a pass the tasks go out in fusion's
-order (task_order), which is the order each worker then computes its views in. The hints are loose (Dask may run a task elsewhere,
-e.g. when a worker is gone or idle): correctness never depends on them.
+order (depth/fusion_order.py; cluster_run.py), which is the order each worker then computes its views in. The
+hints are loose (Dask may run a task elsewhere, e.g. when a worker is gone or idle): correctness never
+depends on them.
 
 Several blocks per worker (cluster.blocks_per_worker, default 1) were meant to let fusion, which runs
 beside the depth stage in the client and takes reference views in view_idx order (fusion/trailing.py),
@@ -22,8 +23,6 @@ breadth-first order.) Tasks go out in fusion's order in any case (it costs nothi
 from __future__ import annotations
 
 from collections import deque
-
-from .fusion_order import fusion_ready_order
 
 
 def neighbourhood_order(views: list[int], neighbors: list[list[int]]) -> list[int]:
@@ -49,12 +48,6 @@ def neighbourhood_order(views: list[int], neighbors: list[list[int]]) -> list[in
                 seen.add(s)
                 queue.append(s)
     return order
-
-
-def task_order(views: list[int], neighbors: list[list[int]]) -> list[int]:
-    """The order in which a pass's tasks are submitted (Dask runs a worker's tasks in that order): the
-    order in which fusion can take the final maps (depth/fusion_order.py)."""
-    return fusion_ready_order(views, neighbors)
 
 
 def worker_blocks(order: list[int], workers: list[str], blocks_per_worker: int = 1) -> dict[int, str]:

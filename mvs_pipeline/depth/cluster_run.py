@@ -60,7 +60,8 @@ from ..views.params import DEFAULT_NUM_NEIGHBORS
 from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_final_maps import FinalMapsWatcher
-from .cluster_locality import neighbourhood_order, task_order, worker_blocks
+from .fusion_order import fusion_ready_order
+from .cluster_locality import neighbourhood_order, worker_blocks
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, scaled_size
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
@@ -213,14 +214,20 @@ def run_view_task(job: DepthJob, refs: tuple[int, ...], pass_index: int, pass_vi
             "seconds_by_category": prof.seconds, "span": (started, ended)}
 
 
-def task_batches(pending: list[int], hints: dict[int, str], views_per_task: int) -> list[tuple[int, ...]]:
-    """`pending` (in submission order) cut into tasks of up to `views_per_task` views hinted to the same
-    worker, consecutive in that worker's share; tasks in the order of their first view."""
-    by_worker: dict[str | None, list[int]] = {}
+def worker_shares(pending: list[int], hints: dict[int, str]) -> dict[str | None, list[int]]:
+    """The views of `pending` hinted to each worker (None: unhinted), in `pending`'s order."""
+    shares: dict[str | None, list[int]] = {}
     for ref in pending:
-        by_worker.setdefault(hints.get(ref), []).append(ref)
+        shares.setdefault(hints.get(ref), []).append(ref)
+    return shares
+
+
+def task_batches(pending: list[int], shares: dict[str | None, list[int]], views_per_task: int
+                 ) -> list[tuple[int, ...]]:
+    """Each worker's share (worker_shares of `pending`) cut into tasks of up to `views_per_task` consecutive
+    views; the tasks in `pending`'s order of their first view."""
     k = max(1, views_per_task)
-    batches = [tuple(views[i:i + k]) for views in by_worker.values() for i in range(0, len(views), k)]
+    batches = [tuple(views[i:i + k]) for views in shares.values() for i in range(0, len(views), k)]
     rank = {v: i for i, v in enumerate(pending)}
     return sorted(batches, key=lambda b: rank[b[0]])
 
@@ -303,10 +310,8 @@ def _run_pass_tasks(client, job: DepthJob, job_ref, pss: DepthPass, pending: lis
     from distributed import as_completed  # noqa: PLC0415 (only with --cluster)
 
     submitted = time.time()
-    block = {}   # the views hinted to each worker: what its first task of the pass starts decoding
-    for ref in pending:
-        block.setdefault(hints.get(ref), []).append(ref)
-    batches = task_batches(pending, hints, views_per_task(job.cfg, job.scene, pss))
+    block = worker_shares(pending, hints)   # what each worker's first task of the pass starts decoding
+    batches = task_batches(pending, block, views_per_task(job.cfg, job.scene, pss))
     futures = [client.submit(run_view_task, job_ref, refs, pss.index, tuple(block[hints.get(refs[0])]),
                              key=f"depth-{pss.id}-{refs[0]}-{job.token}-{attempt}", retries=retries, pure=False,
                              **({"workers": [hints[refs[0]]], "allow_other_workers": True} if refs[0] in hints else {}))
@@ -374,7 +379,7 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     # (cluster_locality.py)
     hints = worker_blocks(neighbourhood_order(todo, sel.neighbors), sorted(client.scheduler_info().get("workers", {})),
                           cfg.cluster.blocks_per_worker)
-    rank = {v: i for i, v in enumerate(task_order(todo, sel.neighbors))}
+    rank = {v: i for i, v in enumerate(fusion_ready_order(todo, sel.neighbors))}
     pending_by_pass = {k: sorted(p, key=rank.__getitem__) for k, p in pending_by_pass.items()}
     # sent to every worker once, not pickled into each of the (passes x views) tasks
     job_ref = client.scatter(job, broadcast=True, hash=False)

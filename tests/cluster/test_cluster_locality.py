@@ -1,6 +1,7 @@
 """Locality hints of the cluster depth stage: neighbouring views go to the same worker."""
 
-from mvs_pipeline.depth.cluster_locality import neighbourhood_order, task_order, worker_blocks
+from mvs_pipeline.depth.cluster_locality import neighbourhood_order, worker_blocks
+from mvs_pipeline.depth.fusion_order import fusion_ready_order
 
 
 def ring(n: int, k: int = 2) -> list[list[int]]:
@@ -45,7 +46,7 @@ def street(n: int, k: int = 4) -> list[list[int]]:
 
 
 def test_blocks_are_dealt_in_turn_along_the_order():
-    order = task_order(list(range(300)), street(300))
+    order = fusion_ready_order(list(range(300)), street(300))
     assert order == list(range(300))   # on a street fusion's order is the view order
     blocks = worker_blocks(order, ["a", "b"], blocks_per_worker=8)
     owners = [blocks[v] for v in order]
@@ -69,7 +70,7 @@ def finished_prefix(order: list[int], owners: dict[int, str], workers: list[str]
 
 def test_dealt_blocks_let_fusion_trail_both_workers():
     n, workers = 300, ["a", "b"]
-    order = task_order(list(range(n)), street(n))
+    order = fusion_ready_order(list(range(n)), street(n))
     one = worker_blocks(order, workers, 1)
     eight = worker_blocks(order, workers, 8)
     # when the workers are 90 % through their views, fusion could have taken:

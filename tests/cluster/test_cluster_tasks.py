@@ -8,14 +8,14 @@ from pathlib import Path
 
 from mvs_pipeline.config.loader import load_config
 from mvs_pipeline.depth.cluster_locality import worker_blocks
-from mvs_pipeline.depth.cluster_run import task_batches, views_per_task
+from mvs_pipeline.depth.cluster_run import task_batches, views_per_task, worker_shares
 from mvs_pipeline.depth.passes import plan_passes
 
 
 def test_batches_hold_one_workers_consecutive_views_each_view_once():
     order = list(range(40))
     hints = worker_blocks(order, ["a", "b"], blocks_per_worker=4)   # blocks of 5: a a a a a b b b b b a ...
-    batches = task_batches(order, hints, 3)
+    batches = task_batches(order, worker_shares(order, hints), 3)
     assert sorted(v for b in batches for v in b) == order
     for b in batches:
         assert len({hints[v] for v in b}) == 1 and 1 <= len(b) <= 3
@@ -28,8 +28,8 @@ def test_batches_hold_one_workers_consecutive_views_each_view_once():
 
 
 def test_one_view_a_task_and_views_without_hints():
-    assert task_batches([4, 2, 9], {}, 1) == [(4,), (2,), (9,)]
-    assert task_batches([4, 2, 9], {}, 2) == [(4, 2), (9,)]
+    assert task_batches([4, 2, 9], worker_shares([4, 2, 9], {}), 1) == [(4,), (2,), (9,)]
+    assert task_batches([4, 2, 9], worker_shares([4, 2, 9], {}), 2) == [(4, 2), (9,)]
 
 
 class _View:
