@@ -222,7 +222,10 @@ def main(argv=None) -> int:
         fusion_counts = json.loads(fusion_record.read_text()).get("counts", {}) if fusion_record.is_file() else {}
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
                      "fusion_counts": {k: fusion_counts[k] for k in ("seconds", "load_seconds", "load_wait_seconds",
-                                                                     "load_threads", "cache_views") if k in fusion_counts},
+                                                                     "load_threads", "cache_views", "loop_seconds")
+                                       if k in fusion_counts},
+                     "fusion_beside_depth": {k: run["counts"][f"fusion_beside_depth_{k}"] for k in ("seconds", "worker")
+                                             if f"fusion_beside_depth_{k}" in run["counts"]},
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
                      "tasks_per_worker": sorted(w["tasks"] for w in workers.values()),
                      "gpu_pool_peak_gib": {k: round(v / 2**30, 2) for k, v in

@@ -411,8 +411,8 @@ def _run_stages(ctx: RunContext, stages: list[str], timings: dict, gpu_peaks: di
             fingerprints.after_stage(ctx, name, chain)
             if name == "depth" and "evaluate" in stages:
                 _start_early_evaluation(ctx, stack)
-            if ctx.cluster is not None and name == last_cluster_stage:   # no later stage uses it:
-                ctx.cluster.begin_close()                                # it shuts down while they run
+            if _cluster_done(ctx, name, last_cluster_stage):   # no later stage uses it:
+                ctx.cluster.begin_close()                      # it shuts down while they run
             if name == "load":  # resolved as soon as the scene exists, so a load-only run records them too
                 _resolve_auto(ctx)
             timings[name] = round(time.perf_counter() - t0, 3)
@@ -447,9 +447,10 @@ TRAILING_BACKENDS = ("cuda",)
 
 def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None:
     """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
-    budget, fusion in this process (no --cluster, or cluster.later_stages in the client), no --resume-only,
-    fusion.during_depth, maps of the final pass's type, nothing fused yet. The run's end releases it if the
-    depth stage never wrote what it waits for."""
+    budget, fusion not on the workers (cluster.later_stages), no --resume-only, fusion.during_depth, maps of
+    the final pass's type, nothing fused yet. In this process, or on a `--cluster` run whose cluster started
+    in the first worker's process (fusion/worker_hosted.py). The run's end releases it if the depth stage
+    never wrote what it waits for."""
     from .depth.passes import final_map_type  # noqa: PLC0415
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
@@ -461,12 +462,26 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
             or ctx.resume_only or cfg.fusion.map_type not in ("auto", final_type) \
             or any(p.exists() for p in output_paths(ctx.out_dir)):
         return
-    trailing = TrailingFusion(cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
-                              final_type)
+    if ctx.cluster is not None:   # the cluster's depth stage: fusion in a worker's process (one GPU context)
+        from .fusion.worker_hosted import WorkerHostedFusion  # noqa: PLC0415 (imports distributed)
+
+        trailing = WorkerHostedFusion(ctx.require_client, cfg.fusion, ctx.require_scene(), ctx.require_selection(),
+                                      ctx.out_dir, ctx.backend, final_type)
+    else:
+        trailing = TrailingFusion(cfg.fusion, ctx.require_scene(), ctx.require_selection(), ctx.out_dir, ctx.backend,
+                                  final_type)
+    trailing.start()
     ctx.trailing_fusion = trailing
     stack.callback(trailing.stop, "the run ended")
-    log.info("fusion: fusing beside the depth stage, each view once its final maps are written")
-    trailing.start()
+    log.info("fusion: fusing beside the depth stage%s, each view once its final maps are written",
+             "" if trailing.host is None else f" on the worker {trailing.host}")
+
+
+def _cluster_done(ctx: RunContext, name: str, last_cluster_stage: str | None) -> bool:
+    """Whether the cluster's last stage in this run just ended; a fusion hosted on a worker beside the depth
+    stage (fusion/worker_hosted.py) keeps it open until the fusion stage takes its result."""
+    hosting = ctx.trailing_fusion is not None and ctx.trailing_fusion.host is not None
+    return ctx.cluster is not None and name == last_cluster_stage and not hosting
 
 
 def _take_trailing_fusion(ctx: RunContext, timings: dict, started: float, t0: float) -> bool:
@@ -479,6 +494,8 @@ def _take_trailing_fusion(ctx: RunContext, timings: dict, started: float, t0: fl
         return False
     ctx.trailing_fusion = None
     counts = trailing.result()
+    if trailing.host is not None and ctx.cluster is not None:   # the cluster kept open for it (_cluster_done)
+        ctx.cluster.begin_close()
     if counts is None:
         return False
     from .fusion.inputs import find_inputs  # noqa: PLC0415
@@ -496,6 +513,8 @@ def _take_trailing_fusion(ctx: RunContext, timings: dict, started: float, t0: fl
     record_counts(ctx, counts)
     fingerprints.after_stage(ctx, "fusion", chain)
     ctx.counts["fusion_beside_depth_seconds"] = round(trailing.seconds, 3)
+    if trailing.host is not None:
+        ctx.counts["fusion_beside_depth_worker"] = trailing.host
     timings["fusion"] = round(time.perf_counter() - t0, 3)   # what the run waited for after the depth stage
     ctx.stage_unix_times["fusion"] = [round(started, 3), round(time.time(), 3)]
     log.info("stage fusion done in %.2f s after the depth stage (%.2f s beside it)", timings["fusion"],

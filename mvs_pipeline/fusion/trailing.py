@@ -84,8 +84,40 @@ class MapsGate:
         return gated_load
 
 
+def fuse_beside_depth(cfg, scene, selection, out_dir, backend: str, gate: MapsGate) -> dict:
+    """fuse_depth_maps fed by `gate`, in the calling thread; on the GPU on a non-blocking stream of its own
+    (the depth stage's kernels on the default stream do not hold up its waits). Its fusion.json counts."""
+    from .stage import fuse_depth_maps  # noqa: PLC0415
+
+    stream = None
+    if backend == "cuda":
+        from ..gpu.loader import import_cupy  # noqa: PLC0415
+
+        stream = import_cupy().cuda.Stream(non_blocking=True)
+        stream.use()   # this thread's current stream: every launch and copy of the fusion loop
+    counts = fuse_depth_maps(cfg, scene, selection, out_dir, backend, overwrite=True, progress=False, gate=gate)
+    if stream is not None:
+        stream.synchronize()
+    return counts
+
+
+def counts_or_none(future) -> dict | None:
+    """A fusion beside the depth stage's counts from its future, or None when it did not finish (logged)."""
+    try:
+        return future.result()
+    except DepthStopped as exc:
+        log.info("fusion: the fusion beside the depth stage stopped (%s); fusing after it", exc)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("fusion: the fusion beside the depth stage failed (%s: %s); fusing after it",
+                    type(exc).__name__, " ".join(str(exc).split()))
+    return None
+
+
 class TrailingFusion(DaemonJob):
-    """fuse_depth_maps with a MapsGate, in a thread of its own (a CUDA stream of its own on the GPU)."""
+    """fuse_beside_depth in a thread of this process (the single-process run; fusion/worker_hosted.py hosts
+    it in a `--cluster` worker's process instead)."""
+
+    host = None   # this process
 
     def __init__(self, cfg, scene, selection, out_dir, backend: str, map_type: str):
         super().__init__("trailing-fusion")
@@ -93,20 +125,7 @@ class TrailingFusion(DaemonJob):
         self._args = (cfg, scene, selection, out_dir, backend)
 
     def work(self) -> dict:
-        from .stage import fuse_depth_maps  # noqa: PLC0415
-
-        cfg, scene, selection, out_dir, backend = self._args
-        stream = None
-        if backend == "cuda":
-            from ..gpu.loader import import_cupy  # noqa: PLC0415
-
-            stream = import_cupy().cuda.Stream(non_blocking=True)
-            stream.use()   # this thread's current stream: every launch and copy of the fusion loop
-        counts = fuse_depth_maps(cfg, scene, selection, out_dir, backend, overwrite=True, progress=False,
-                                 gate=self.gate)
-        if stream is not None:
-            stream.synchronize()
-        return counts
+        return fuse_beside_depth(*self._args, self.gate)
 
     def stop(self, why: str) -> None:
         self.gate.stop(why)
@@ -114,11 +133,4 @@ class TrailingFusion(DaemonJob):
     def result(self) -> dict | None:
         """Its fusion.json counts, or None when it did not finish (the reason is logged)."""
         self.gate.stop("the depth stage ended")   # any view still awaited will not come
-        try:
-            return self._future.result()
-        except DepthStopped as exc:
-            log.info("fusion: the fusion beside the depth stage stopped (%s); fusing after it", exc)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("fusion: the fusion beside the depth stage failed (%s: %s); fusing after it",
-                        type(exc).__name__, exc)
-        return None
+        return counts_or_none(self._future)

@@ -1,5 +1,5 @@
 """`run --cluster local-cuda` (dask-cuda, one worker per visible GPU) writes the maps of the
-single-process CUDA run byte for byte, and its fused.ply (fusion in the client beside the depth stage by default,
+single-process CUDA run byte for byte, and its fused.ply (fusion beside the depth stage on the first worker by default,
 on the workers with cluster.later_stages=workers). Needs a GPU and dask-cuda."""
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ def test_local_cuda_matches_the_single_process_gpu_run(synth_scene_factory, tmp_
     assert record["backend"] == "cuda" and record["cluster"] == "local-cuda"
     workers = record["counts"]["depth_cluster_workers"]
     assert sum(w["views"] for w in workers.values()) == record["counts"]["depth_view_passes_computed"]
-    # by default fusion ran here beside the depth stage, fed by the final maps' files as the workers wrote them
+    # by default fusion ran beside the depth stage in the first worker's process (fusion/worker_hosted.py), fed
+    # by the final maps' files as the workers wrote them
     assert "fusion_cluster" not in record["counts"] and record["counts"]["fusion_beside_depth_seconds"] > 0
+    assert record["counts"]["fusion_beside_depth_worker"] == sorted(workers)[0]
     # with later_stages=workers as range tasks on the GPU workers (consume_pixels auto: off at this size)
     assert json.loads((on_workers / "run.json").read_text())["counts"]["fusion_cluster"]["tasks"] >= 1
     for out in (cluster, on_workers):   # either way the single process's files

@@ -111,17 +111,24 @@ def test_two_workers_write_the_single_process_bytes(scene, single, tmp_path):
     assert maps(out) == reference
 
 
-def test_by_default_fusion_runs_here_beside_the_cluster_depth_stage(scene, single, tmp_path, monkeypatch):
-    """cluster.later_stages auto on a local cluster: the depth stage's tasks on the workers, fusion in this
-    process beside them (on the CPU too, for the test), handed each view as the workers' final maps land;
-    the single process's files, no fusion task, and the cluster's shutdown begun as the depth stage ends."""
+def test_by_default_fusion_runs_beside_the_cluster_depth_stage_on_the_first_worker(scene, single, tmp_path,
+                                                                                   monkeypatch):
+    """cluster.later_stages auto on a local cluster: the depth stage's tasks on the workers, fusion beside them in
+    the first worker's process (fusion/worker_hosted.py; on the CPU too, for the test), handed each view as the
+    workers' final maps land; the single process's files, no fusion range task, and the cluster's shutdown begun
+    once fusion's result is taken (it runs on a worker), i.e. after the depth stage."""
     import mvs_pipeline.cluster.client as cluster_client
     from mvs_pipeline import pipeline
 
     monkeypatch.setattr(pipeline, "TRAILING_BACKENDS", ("cuda", "cpu"))
-    real_start, closing = cluster_client.ClusterStart, []
+    real_start, closing, workers = cluster_client.ClusterStart, [], []
 
     class RecordedStart(real_start):
+        def client(self):
+            client = super().client()
+            workers.extend(client.scheduler_info()["workers"])
+            return client
+
         def begin_close(self):
             closing.append(time.time())
             super().begin_close()
@@ -137,8 +144,14 @@ def test_by_default_fusion_runs_here_beside_the_cluster_depth_stage(scene, singl
     counts = record["counts"]
     assert sum(w["views"] for w in counts["depth_cluster_workers"].values()) == 8
     assert "fusion_cluster" not in counts and counts["fusion_beside_depth_seconds"] > 0
+    assert counts["fusion_beside_depth_worker"] == sorted(set(workers))[0]
+    fusion_record = json.loads((out / "stereo" / "fusion.json").read_text())["counts"]
+    single_record = json.loads((single / "stereo" / "fusion.json").read_text())["counts"]
+    assert fusion_record["points"] == single_record["points"] > 0
+    assert fusion_record["reference_views"] == single_record["reference_views"] == 4
     depth_start, depth_end = record["stage_unix_times"]["depth"]
-    assert closing and depth_start <= closing[0] <= record["stage_unix_times"]["fusion"][0] + 0.001
+    fusion_start, fusion_end = record["stage_unix_times"]["fusion"]
+    assert closing and depth_end - 0.001 <= closing[0] <= fusion_end + 0.001
     # every pass's marker, written beside the next pass; the photometric pass's maps removed
     markers = list((out / "stereo").rglob("*.finished"))
     assert markers and all(json.loads(p.read_text())["views"] == 4 for p in markers)
