@@ -59,6 +59,13 @@ class ClusterConfig:
         "a depth task computes as many of its worker's views as make about this many megapixels at the pass's "
         "scale, at least one (2: 1024x768 views two a task at full size, ten at half size); 0 = one view a task",
         "megapixels", (0.0, 10000.0)))
+    # Why forkserver (issue #36): a local cluster's start took ~4.3 s on 2 x H200 (import distributed 1.45 s here,
+    # then each spawned worker importing it again, 2.59 s), against a load stage of ~2 s that it overlaps.
+    # cluster/client.py starts the fork server as the run starts; it imports distributed in a process of its own
+    # beside this one, and each worker is then forked from it with distributed already imported.
+    start_method: Literal["forkserver", "spawn"] = field(default="forkserver", metadata=meta(
+        "how a local cluster starts its worker processes: forkserver = forked from a server started with the run "
+        "that has imported dask.distributed already (faster start); spawn = fresh interpreters (Dask's default)"))
     retries: int = field(default=2, metadata=meta(
         "times Dask reruns a task whose worker died (or that failed) before the run fails", "retries", (0, 100)))
 

@@ -62,3 +62,28 @@ def test_a_missing_package_is_reported_before_the_start(monkeypatch):
     assert opened == []   # no thread was started
     cluster_client.ClusterStart(ClusterConfig(kind="local", workers=1)).close()   # local needs no dask_cuda
     assert len(opened) == 1
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_local_workers_start_as_cluster_start_method_says(method):
+    """forkserver (the default): the workers are children of multiprocessing's fork server, which the start
+    began with distributed preloaded; spawn: children of this process (through their nannies), a fresh
+    interpreter each."""
+    import multiprocessing.forkserver
+    import os
+
+    cfg = ClusterConfig(kind="local", workers=1, cores_per_worker=1, start_method=method)
+    assert ClusterConfig().start_method == "forkserver"
+    start = cluster_client.ClusterStart(cfg)
+    try:
+        client = start.client()
+        parents = set(client.run(os.getppid).values())
+        preloaded = set(client.run(lambda: "distributed" in __import__("sys").modules).values())
+    finally:
+        start.close()
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    if method == "forkserver":
+        assert server is not None and parents == {server}
+    else:
+        assert parents == {os.getpid()} and parents != {server}
+    assert preloaded == {True}
