@@ -224,6 +224,7 @@ def main(argv=None) -> int:
                      "fusion_counts": {k: fusion_counts[k] for k in ("seconds", "load_seconds", "load_wait_seconds",
                                                                      "load_threads", "cache_views", "loop_seconds")
                                        if k in fusion_counts},
+                     "cluster_wait_seconds": run["counts"].get("cluster_wait_seconds"),
                      "fusion_beside_depth": {k: run["counts"][f"fusion_beside_depth_{k}"] for k in ("seconds", "worker")
                                              if f"fusion_beside_depth_{k}" in run["counts"]},
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
