@@ -31,11 +31,13 @@ from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 
 
 def surface_error_per_pixel(scene, xyz: np.ndarray, normals: np.ndarray, visibility: list[np.ndarray],
-                            step: float = 1e-3) -> np.ndarray:
+                            step: float = 1e-3, best_view: np.ndarray | None = None) -> np.ndarray:
     """[N] metres off the surface per pixel of matching error, in the agreeing view that resolves each point's
     depth along its reference ray best (inf for a point no other view agreed on). visibility: .vis records' view
-    lists as view_idx (reference first)."""
+    lists as view_idx (reference first). `best_view` (optional, [N] ints) receives that view (-1: none)."""
     out = np.full(len(xyz), np.inf)
+    if best_view is not None:
+        best_view[:] = -1
     refs = np.array([v[0] for v in visibility])
     agree = np.zeros((len(xyz), scene.num_views), bool)   # point i, view j agreed (the reference not counted)
     for i, v in enumerate(visibility):
@@ -54,9 +56,43 @@ def surface_error_per_pixel(scene, xyz: np.ndarray, normals: np.ndarray, visibil
             view = scene.views[j]
             uv0, _ = view.project(xyz[rows[has]])
             uv1, _ = view.project(xyz[rows[has]] + step * along[has])
-            best[has] = np.maximum(best[has], np.linalg.norm(uv1 - uv0, axis=1) / step)
+            rate = np.linalg.norm(uv1 - uv0, axis=1) / step
+            if best_view is not None:
+                best_view[rows[has][rate > best[has]]] = j
+            best[has] = np.maximum(best[has], rate)
         with np.errstate(divide="ignore"):
             out[rows] = np.where(best > 0, off_surface / best, np.inf)
+    return out
+
+
+def epipolar_texture(scene, images_dir: Path, xyz: np.ndarray, refs: np.ndarray, best_view: np.ndarray,
+                     radius: int = 5, step: float = 1e-3) -> np.ndarray:
+    """[N] grey-level gradient energy along the epipolar line of each point's best view, summed over the
+    reference image's (2 radius + 1)^2 window around the point's pixel (the Lucas-Kanade precision of a match along
+    that line: its disparity variance is the image noise's over this), grey levels 0..1. 0 where no view agreed."""
+    import cv2  # noqa: PLC0415
+
+    out = np.zeros(len(xyz))
+    size = 2 * radius + 1
+    for r in np.unique(refs):
+        view = scene.views[r]
+        grey = cv2.imread(str(images_dir / view.name), cv2.IMREAD_GRAYSCALE).astype(np.float32) / 255.0
+        gx = cv2.Sobel(grey, cv2.CV_32F, 1, 0, ksize=3) / 8.0
+        gy = cv2.Sobel(grey, cv2.CV_32F, 0, 1, ksize=3) / 8.0
+        sums = {k: cv2.boxFilter(a, -1, (size, size), normalize=False, borderType=cv2.BORDER_REPLICATE)
+                for k, a in (("xx", gx * gx), ("xy", gx * gy), ("yy", gy * gy))}
+        rows = np.flatnonzero((refs == r) & (best_view >= 0))
+        if not len(rows):
+            continue
+        uv, _ = view.project(xyz[rows])
+        centres = np.stack([v.center for v in scene.views])[best_view[rows]]
+        uv_toward, _ = view.project(xyz[rows] + step * (centres - xyz[rows]))   # the epipolar line's direction
+        e = uv_toward - uv
+        e /= np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        x = np.clip(np.round(uv[:, 0]).astype(int), 0, grey.shape[1] - 1)
+        y = np.clip(np.round(uv[:, 1]).astype(int), 0, grey.shape[0] - 1)
+        out[rows] = (e[:, 0] ** 2 * sums["xx"][y, x] + 2 * e[:, 0] * e[:, 1] * sums["xy"][y, x]
+                     + e[:, 1] ** 2 * sums["yy"][y, x])
     return out
 
 
@@ -66,6 +102,12 @@ def main(argv=None) -> int:
     ap.add_argument("run", type=Path, help="a run of it (OUT with fused.ply and fused.ply.vis)")
     ap.add_argument("--thresholds", default="0.005,0.0075,0.01,0.015,0.02,0.03,0.05",
                     help="metres of surface per pixel of matching error above which a point is dropped")
+    ap.add_argument("--attribute", choices=("geometry", "epipolar", "texture"), default="geometry",
+                    help="geometry = metres of surface a pixel of matching error (above); epipolar = that over the "
+                         "square root of the reference window's grey-level gradient energy along the best view's "
+                         "epipolar line (a predicted surface error); texture = that energy alone")
+    ap.add_argument("--drop-shares", default=None, help="instead of --thresholds: drop these shares of the points "
+                                                         "with the largest attribute, e.g. 0.1,0.2,0.4")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     sparse = args.run / "sparse"
@@ -75,17 +117,33 @@ def main(argv=None) -> int:
     # .vis names COLMAP image indices (the rank of image_id); back to view_idx
     to_view = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))
     visibility = [to_view[np.asarray(r, np.int64)] for r in records]
-    error = surface_error_per_pixel(scene, cloud.xyz.astype(np.float64), cloud.normals.astype(np.float64), visibility)
+    best_view = np.full(len(cloud.xyz), -1)
+    error = surface_error_per_pixel(scene, cloud.xyz.astype(np.float64), cloud.normals.astype(np.float64), visibility,
+                                    best_view=best_view)
+    if args.attribute == "epipolar":   # predicted surface error: metres a pixel / sqrt(epipolar gradient energy)
+        texture = epipolar_texture(scene, args.run / "images", cloud.xyz.astype(np.float64),
+                                   np.array([v[0] for v in visibility]), best_view)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            error = np.where(texture > 0, error / np.sqrt(texture), np.inf)
+    elif args.attribute == "texture":   # the epipolar gradient energy alone (low = ambiguous): dropped below
+        texture = epipolar_texture(scene, args.run / "images", cloud.xyz.astype(np.float64),
+                                   np.array([v[0] for v in visibility]), best_view)
+        with np.errstate(divide="ignore"):
+            error = np.where(texture > 0, 1.0 / texture, np.inf)
     scans = load_scans(args.scene / "gt" / "eth3d" / "scan_alignment.mlp")
     rows = []
-    for threshold in [float("inf"), *(float(t) for t in args.thresholds.split(",") if t)]:
+    thresholds = [float(t) for t in args.thresholds.split(",") if t]
+    if args.drop_shares:   # thresholds at these shares of the points dropped (the attribute's own scale)
+        finite = np.sort(error[np.isfinite(error)])
+        thresholds = [float(finite[int((1 - float(q)) * (len(finite) - 1))]) for q in args.drop_shares.split(",")]
+    for threshold in [float("inf"), *thresholds]:
         keep = error <= threshold
         scores = evaluate_eth3d(cloud.xyz[keep], scans, [0.02], backend="cpu")
         row = {"threshold_m_per_px": threshold, "points": int(keep.sum()),
                "accuracy": round(scores["accuracy"][0], 4), "completeness": round(scores["completeness"][0], 4),
                "f1": round(scores["f1"][0], 4)}
         rows.append(row)
-        print(f"threshold {threshold:g} m/px: {row['points']} points, accuracy {row['accuracy']:.3f}, "
+        print(f"threshold {threshold:g} ({args.attribute}): {row['points']} points, accuracy {row['accuracy']:.3f}, "
               f"completeness {row['completeness']:.3f}, F1 {row['f1']:.3f}", flush=True)
     print(f"surface error a pixel of the fused points: median {100 * np.median(error[np.isfinite(error)]):.2f} cm")
     if args.json:

@@ -59,6 +59,12 @@ class ClusterConfig:
         "a depth task computes as many of its worker's views as make about this many megapixels at the pass's "
         "scale, at least one (2: 1024x768 views two a task at full size, ten at half size); 0 = one view a task",
         "megapixels", (0.0, 10000.0)))
+    # Why 0.9 (issue #36): fusion beside the final pass runs in the first worker's process (fusion/worker_hosted.py)
+    # and slows that worker's depth tasks; with even shares the other worker sat idle in 20-29 % of the final pass
+    # (300 x 1024x768 on 2 x H200, session 31). BENCHMARKS.md, Scale-out.
+    fusion_host_share: float = field(default=0.9, metadata=meta(
+        "the share of its views the worker hosting fusion beside the depth stage computes in the final pass (the "
+        "rest go to its neighbouring workers; 1 = an even share)", "fraction", (0.1, 1.0)))
     # Why forkserver (issue #36): a local cluster's start took ~4.3 s on 2 x H200 (import distributed 1.45 s here,
     # then each spawned worker importing it again, 2.59 s), against a load stage of ~2 s that it overlaps.
     # cluster/client.py starts the fork server as the run starts; it imports distributed in a process of its own

@@ -61,7 +61,7 @@ from ..views.selection import ViewSelection
 from .caches import GreyImageCache, MapCache
 from .cluster_final_maps import FinalMapsWatcher
 from .fusion_order import fusion_ready_order
-from .cluster_locality import neighbourhood_order, worker_blocks
+from .cluster_locality import lighten_host, neighbourhood_order, worker_blocks
 from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, scaled_size
 from .stage import Profile, ViewCaches, compute_view, pending_views, plan_depth_run
@@ -377,8 +377,10 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     # the same blocks of neighbouring views on the same worker in every pass (loose hints, cut along the
     # breadth-first order as measured since session 17), every pass's tasks submitted in fusion's order
     # (cluster_locality.py)
-    hints = worker_blocks(neighbourhood_order(todo, sel.neighbors), sorted(client.scheduler_info().get("workers", {})),
-                          cfg.cluster.blocks_per_worker)
+    order = neighbourhood_order(todo, sel.neighbors)
+    hints = worker_blocks(order, sorted(client.scheduler_info().get("workers", {})), cfg.cluster.blocks_per_worker)
+    # the final pass: the worker that hosts fusion beside it (fusion/worker_hosted.py) computes fewer views
+    final_hints = lighten_host(hints, order, getattr(final_maps, "host", None), cfg.cluster.fusion_host_share)
     rank = {v: i for i, v in enumerate(fusion_ready_order(todo, sel.neighbors))}
     pending_by_pass = {k: sorted(p, key=rank.__getitem__) for k, p in pending_by_pass.items()}
     # sent to every worker once, not pickled into each of the (passes x views) tasks
@@ -391,7 +393,8 @@ def compute_depth_maps_on_cluster(cfg, scene: Scene, sel: ViewSelection, out_dir
     with ThreadPoolExecutor(1, thread_name_prefix="depth-finish-pass") as finisher:   # in pass order
         finishing = []
         for pss in passes:   # a failure leaves the queued finishes to end as the executor closes
-            computed_pass, valid_pass = _run_pass(client, job, job_ref, pss, pending_by_pass[pss.id], hints,
+            computed_pass, valid_pass = _run_pass(client, job, job_ref, pss, pending_by_pass[pss.id],
+                                                  final_hints if pss.final else hints,
                                                   retries, progress, workers, phases, seconds, on_task_done,
                                                   final_maps if pss.final else None, scene, out_dir)
             computed, valid = computed + computed_pass, valid + valid_pass

@@ -82,6 +82,7 @@ class ForwardingGate:
 
     def __init__(self, client, worker: str, token: str, map_type: str):
         self.map_type = map_type
+        self.host = worker   # the depth stage gives this worker fewer final-pass views (cluster.fusion_host_share)
         self._client, self._worker, self._token = client, worker, token
         self._cond = threading.Condition()
         self._planned: list[int] | None = None

@@ -135,14 +135,17 @@ def test_by_default_fusion_runs_beside_the_cluster_depth_stage_on_the_first_work
 
     monkeypatch.setattr(cluster_client, "ClusterStart", RecordedStart)
     out = tmp_path / "out"
+    # cluster.fusion_host_share 0.5: the host computes one of its two final-pass views, the other worker three
     assert main(["-q", "run", str(scene), "-o", str(out), *FAST, *STAGES, "--cluster", "local",
-                 "--set", "cluster.workers=2"]) == 0
+                 "--set", "cluster.workers=2", "--set", "cluster.fusion_host_share=0.5"]) == 0
     assert maps(out) == maps(single)
     for name in ("fused.ply", "fused.ply.vis"):
         assert (out / name).read_bytes() == (single / name).read_bytes(), name
     record = json.loads((out / "run.json").read_text())
     counts = record["counts"]
     assert sum(w["views"] for w in counts["depth_cluster_workers"].values()) == 8
+    host_views = counts["depth_cluster_workers"][counts["fusion_beside_depth_worker"]]["views"]
+    assert host_views == 3, counts["depth_cluster_workers"]   # 2 photometric + 1 final (hints are loose: Dask kept them)
     assert "fusion_cluster" not in counts and counts["fusion_beside_depth_seconds"] > 0
     assert counts["fusion_beside_depth_worker"] == sorted(set(workers))[0]
     fusion_record = json.loads((out / "stereo" / "fusion.json").read_text())["counts"]

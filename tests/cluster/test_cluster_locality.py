@@ -1,6 +1,6 @@
 """Locality hints of the cluster depth stage: neighbouring views go to the same worker."""
 
-from mvs_pipeline.depth.cluster_locality import neighbourhood_order, worker_blocks
+from mvs_pipeline.depth.cluster_locality import lighten_host, neighbourhood_order, worker_blocks
 from mvs_pipeline.depth.fusion_order import fusion_ready_order
 
 
@@ -81,3 +81,24 @@ def test_dealt_blocks_let_fusion_trail_both_workers():
     remote = sum(eight[s] != eight[v] for v in range(n) for s in neighbors[v]) / sum(map(len, neighbors))
     assert 0.05 < remote < 0.2
     assert sum(one[s] != one[v] for v in range(n) for s in neighbors[v]) / sum(map(len, neighbors)) < 0.01
+
+
+def test_the_fusion_host_gives_the_end_of_its_block_to_the_next_worker():
+    order = list(range(20))
+    hints = worker_blocks(order, ["a", "b"])   # a: 0-9, b: 10-19
+    lighter = lighten_host(hints, order, "a", 0.8)
+    assert [v for v in order if lighter[v] == "a"] == list(range(8))
+    assert [v for v in order if lighter[v] == "b"] == list(range(8, 20))   # a's last views, next to b's first
+    # the last block's host: nothing follows, so its last views go to the worker before it
+    lighter = lighten_host(hints, order, "b", 0.7)
+    assert [v for v in order if lighter[v] == "b"] == list(range(10, 17))
+    assert [v for v in order if lighter[v] == "a"] == [*range(10), 17, 18, 19]
+    # three workers, the host in the middle: its end goes to the one after it
+    hints3 = worker_blocks(list(range(30)), ["a", "b", "c"])
+    lighter = lighten_host(hints3, list(range(30)), "b", 0.5)
+    assert [lighter[v] for v in range(30)] == ["a"] * 10 + ["b"] * 5 + ["c"] * 15
+    # an even share, no host, one worker: the hints as they were; the host keeps one view at least
+    assert lighten_host(hints, order, "a", 1.0) == hints
+    assert lighten_host(hints, order, None, 0.5) == hints
+    assert lighten_host({v: "a" for v in order}, order, "a", 0.5) == {v: "a" for v in order}
+    assert sum(w == "a" for w in lighten_host(hints, order, "a", 0.01).values()) == 1
