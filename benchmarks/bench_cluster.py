@@ -141,14 +141,18 @@ def pass_timeline(run: dict) -> dict:
     the share of the task phase each spent inside a task (the rest its GPU had no task: dispatch,
     imbalance, waiting for the pass's last task)."""
     counts = run["counts"]
+    host = counts.get("fusion_beside_depth_worker")   # the worker fusion ran beside (fusion/worker_hosted.py)
     out = {}
     for pass_id, phase in counts.get("depth_cluster_pass_phases", {}).items():
-        busy = []
-        for w in counts.get("depth_cluster_workers", {}).values():
+        busy, host_busy = [], None
+        for name, w in counts.get("depth_cluster_workers", {}).items():
             spans = [(a, b) for p, a, b in w.get("spans", []) if p == pass_id]
             if spans and phase["tasks"] > 0:
                 busy.append(round(sum(b - a for a, b in spans) / phase["tasks"], 2))
-        out[pass_id] = {**phase, "worker_busy_share": sorted(busy)}
+                if name == host:
+                    host_busy = busy[-1]
+        out[pass_id] = {**phase, "worker_busy_share": sorted(busy),
+                        **({"fusion_host_busy_share": host_busy} if host_busy is not None else {})}
     return out
 
 
