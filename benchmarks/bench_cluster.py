@@ -229,6 +229,7 @@ def main(argv=None) -> int:
                                                                      "load_threads", "cache_views", "loop_seconds")
                                        if k in fusion_counts},
                      "cluster_wait_seconds": run["counts"].get("cluster_wait_seconds"),
+                     "sampling_step_seconds": run["counts"].get("sampling_step_seconds"),
                      "fusion_beside_depth": {k: run["counts"][f"fusion_beside_depth_{k}"] for k in ("seconds", "worker")
                                              if f"fusion_beside_depth_{k}" in run["counts"]},
                      "wall_s": round(wall, 2), "stage_seconds": run["stage_seconds"],
