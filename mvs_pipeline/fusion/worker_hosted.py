@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _GATES_ATTR = "_mvs_pipeline_fusion_gates"   # a dask Worker's gates of hosted fusions: token -> MapsGate
 _GATES_LOCK = threading.Lock()
+SENDER_JOIN_SECONDS = 5.0
 
 
 def _worker_gate(dask_worker, token: str, map_type: str) -> MapsGate:
@@ -127,7 +128,9 @@ class ForwardingGate:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._sender.join()
+        # bounded: a batch still in flight to a cluster that is gone must not hold up the run's end (finish() sends
+        # every view again in any case)
+        self._sender.join(timeout=SENDER_JOIN_SECONDS)
 
     def finish(self, why: str) -> None:
         """Every view written so far once more and then the stop, synchronously (whatever batch was late)."""
