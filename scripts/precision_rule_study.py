@@ -96,6 +96,22 @@ def epipolar_texture(scene, images_dir: Path, xyz: np.ndarray, refs: np.ndarray,
     return out
 
 
+def score_drops(xyz: np.ndarray, scene_dir: Path, attribute: np.ndarray, thresholds: list[float], name: str) -> list[dict]:
+    """ETH3D @2 cm of the points whose `attribute` is at most each threshold (inf first: every point), printed."""
+    scans = load_scans(scene_dir / "gt" / "eth3d" / "scan_alignment.mlp")
+    rows = []
+    for threshold in [float("inf"), *thresholds]:
+        keep = attribute <= threshold
+        scores = evaluate_eth3d(xyz[keep], scans, [0.02], backend="cpu")
+        row = {"threshold": threshold, "points": int(keep.sum()),
+               "accuracy": round(scores["accuracy"][0], 4), "completeness": round(scores["completeness"][0], 4),
+               "f1": round(scores["f1"][0], 4)}
+        rows.append(row)
+        print(f"threshold {threshold:g} ({name}): {row['points']} points, accuracy {row['accuracy']:.3f}, "
+              f"completeness {row['completeness']:.3f}, F1 {row['f1']:.3f}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scene", type=Path, help="a folder made by `mvs-pipeline synth` (gt/eth3d/scan_alignment.mlp)")
@@ -130,21 +146,11 @@ def main(argv=None) -> int:
                                    np.array([v[0] for v in visibility]), best_view)
         with np.errstate(divide="ignore"):
             error = np.where(texture > 0, 1.0 / texture, np.inf)
-    scans = load_scans(args.scene / "gt" / "eth3d" / "scan_alignment.mlp")
-    rows = []
     thresholds = [float(t) for t in args.thresholds.split(",") if t]
     if args.drop_shares:   # thresholds at these shares of the points dropped (the attribute's own scale)
         finite = np.sort(error[np.isfinite(error)])
         thresholds = [float(finite[int((1 - float(q)) * (len(finite) - 1))]) for q in args.drop_shares.split(",")]
-    for threshold in [float("inf"), *thresholds]:
-        keep = error <= threshold
-        scores = evaluate_eth3d(cloud.xyz[keep], scans, [0.02], backend="cpu")
-        row = {"threshold_m_per_px": threshold, "points": int(keep.sum()),
-               "accuracy": round(scores["accuracy"][0], 4), "completeness": round(scores["completeness"][0], 4),
-               "f1": round(scores["f1"][0], 4)}
-        rows.append(row)
-        print(f"threshold {threshold:g} ({args.attribute}): {row['points']} points, accuracy {row['accuracy']:.3f}, "
-              f"completeness {row['completeness']:.3f}, F1 {row['f1']:.3f}", flush=True)
+    rows = score_drops(cloud.xyz, args.scene, error, thresholds, args.attribute)
     print(f"surface error a pixel of the fused points: median {100 * np.median(error[np.isfinite(error)]):.2f} cm")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
