@@ -26,12 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from depth_precision_bound import pixel_rays  # noqa: E402
-from precision_rule_study import score_drops  # noqa: E402
+from precision_rule_study import load_run, score_drops  # noqa: E402
 
 from mvs_pipeline.io.colmap_maps import read_colmap_array  # noqa: E402
-from mvs_pipeline.io.ply import read_ply  # noqa: E402
-from mvs_pipeline.io.vis_file import colmap_image_indices, read_vis  # noqa: E402
-from mvs_pipeline.scene.workspace import read_scene  # noqa: E402
 
 
 def final_depths(run: Path, scene) -> list[np.ndarray]:
@@ -87,12 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--margin", type=float, default=0.03, help="share of the point's depth a surface must be nearer")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    sparse = args.run / "sparse"
-    scene = read_scene(args.run / "images", sparse / "0" if (sparse / "0").is_dir() else sparse)
-    cloud = read_ply(args.run / "fused.ply")
-    records = read_vis(args.run / "fused.ply.vis", len(cloud.xyz))
-    to_view = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))
-    refs = np.array([to_view[int(r[0])] for r in records])
+    scene, cloud, visibility = load_run(args.run)
+    refs = np.array([v[0] for v in visibility])
     count = occluding_views(scene, final_depths(args.run, scene), cloud.xyz.astype(np.float64), refs, args.margin)
     print("points by occluding views:", {int(k): int((count == k).sum()) for k in np.unique(count)})
     # dropped with at least k occluding views: attribute count, threshold k - 1

@@ -96,6 +96,17 @@ def epipolar_texture(scene, images_dir: Path, xyz: np.ndarray, refs: np.ndarray,
     return out
 
 
+def load_run(run: Path):
+    """(scene, fused cloud, each point's views as view_idx with its reference first) of a run's folder."""
+    sparse = run / "sparse"
+    scene = read_scene(run / "images", sparse / "0" if (sparse / "0").is_dir() else sparse)
+    cloud = read_ply(run / "fused.ply")
+    records = read_vis(run / "fused.ply.vis", len(cloud.xyz))
+    # .vis names COLMAP image indices (the rank of image_id); back to view_idx
+    to_view = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))
+    return scene, cloud, [to_view[np.asarray(r, np.int64)] for r in records]
+
+
 def score_drops(xyz: np.ndarray, scene_dir: Path, attribute: np.ndarray, thresholds: list[float], name: str) -> list[dict]:
     """ETH3D @2 cm of the points whose `attribute` is at most each threshold (inf first: every point), printed."""
     scans = load_scans(scene_dir / "gt" / "eth3d" / "scan_alignment.mlp")
@@ -126,13 +137,7 @@ def main(argv=None) -> int:
                                                          "with the largest attribute, e.g. 0.1,0.2,0.4")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    sparse = args.run / "sparse"
-    scene = read_scene(args.run / "images", sparse / "0" if (sparse / "0").is_dir() else sparse)
-    cloud = read_ply(args.run / "fused.ply")
-    records = read_vis(args.run / "fused.ply.vis", len(cloud.xyz))
-    # .vis names COLMAP image indices (the rank of image_id); back to view_idx
-    to_view = np.argsort(colmap_image_indices([v.image_id for v in scene.views]))
-    visibility = [to_view[np.asarray(r, np.int64)] for r in records]
+    scene, cloud, visibility = load_run(args.run)
     best_view = np.full(len(cloud.xyz), -1)
     error = surface_error_per_pixel(scene, cloud.xyz.astype(np.float64), cloud.normals.astype(np.float64), visibility,
                                     best_view=best_view)
