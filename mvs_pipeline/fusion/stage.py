@@ -26,7 +26,8 @@ emits its point and the pixel is consumed once. Points are written in (view_idx,
 Memory: only the maps of the current reference view and its neighbours must be resident. A cache
 of `cache_views` views (GPU memory for the cuda backend, host memory for cpu) evicts the view
 whose next use lies farthest ahead (the plan is known in advance), loads run ahead in a thread
-pool, and each view's consumed marks (1 byte per pixel) stay in host memory while it is evicted.
+pool, and each view's consumed marks (1 byte per pixel) stay in host memory while it is evicted
+(view_cache.py).
 Points stream to disk per reference view (fusion/writer.py, io/fused_ply.py), so their number is
 bounded by disk: on the GPU each view's file bytes are packed on the device and downloaded in one
 copy, on the CPU packed in threads, and either is written by a pool of threads while the next views
@@ -46,15 +47,12 @@ run or with new thresholds fuses again).
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import json
 import logging
 import os
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterator
@@ -75,6 +73,7 @@ from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, expected_inputs, find_inputs, load_view
 from .params import FusionConfig, auto_consume_pixels, auto_min_consistent
+from .view_cache import IGNORED_KINDS, PIXEL_COUNTS, PREFETCH_PER_THREAD, ViewCache
 from .writer import ChunkWriter
 
 log = logging.getLogger(__name__)
@@ -87,8 +86,7 @@ OUTPUT_BYTES_PER_PIXEL = 12 + 12 + 3 + 1 + 4  # per-pixel kernel outputs (GPU)
 # ChunkWriter's threads, the main thread that drives the GPU and OpenCV's own pool; load_view's CPU time fell
 # by ~38 % (1024x768 street views, 101-103 -> 62-64 ms), i.e. ~1.6x the views a second from the same 8.
 # Whether the loop still waits on them: fusion.json's load_wait_seconds (the loop waiting) against
-# load_seconds (the loads, summed). PREFETCH_PER_THREAD views a thread are loaded ahead (host memory).
-PREFETCH_PER_THREAD = 2
+# load_seconds (the loads, summed). PREFETCH_PER_THREAD views a thread are loaded ahead (view_cache.py).
 
 
 def load_threads(cfg: FusionConfig) -> int:
@@ -244,116 +242,11 @@ def make_engine(backend: str, share: float = CACHE_SHARE):
     raise ValueError(f"backend must be resolved to 'cuda' or 'cpu', got {backend!r}")
 
 
-# the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius
-IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
-PIXEL_COUNTS = ("valid_pixels", *(f"{k}_pixels" for k in IGNORED_KINDS))   # HostView's, per view
 
 
 def ignored_pixels(counts: dict) -> dict[str, int]:
     """Pixels each filter blocked, by IGNORED_KINDS, from fusion's counts."""
     return {k: counts.get(f"{k}_pixels", 0) for k in IGNORED_KINDS}
-
-
-# ---------------------------------------------------------------------------------------------
-# View cache: farthest-next-use eviction, loads ahead in a thread pool
-# ---------------------------------------------------------------------------------------------
-
-class _ViewCache:
-    def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, threads: int, stats: dict, load=load_view):
-        self.engine = engine
-        self.load = load   # inputs -> HostView (load_view with the config's pixel filters)
-        self.inputs = inputs
-        self.plan = plan
-        self.capacity = capacity
-        self.prefetch = prefetch
-        self.stats = stats
-        self.uses: dict[int, list[int]] = {}
-        for step, views in enumerate(plan):
-            for v in views:
-                self.uses.setdefault(v, []).append(step)
-        self.resident: dict[int, object] = {}  # view_idx -> engine entry (cupy arrays or a slot number)
-        self.blocked_store: dict[int, np.ndarray] = {}  # marks of evicted views
-        self.pending: dict[int, Future] = {}
-        self.loaded_once: set[int] = set()
-        # each view's pixel counts (PIXEL_COUNTS' order), from its first load: a cluster run's ranges
-        # share neighbour views, and the client counts each view once as the single process does
-        self.pixels_by_view: dict[int, tuple[int, ...]] = {}
-        self.pool = ThreadPoolExecutor(max_workers=threads)
-        self._load_lock = threading.Lock()
-
-    def close(self) -> None:
-        for fut in self.pending.values():
-            fut.cancel()
-        self.pool.shutdown(wait=True)
-
-    def _next_use(self, v: int, step: int) -> float:
-        steps = self.uses.get(v, [])
-        i = bisect.bisect_left(steps, step)
-        return steps[i] if i < len(steps) else float("inf")
-
-    def _submit(self, v: int) -> None:
-        self.pending[v] = self.pool.submit(self._timed_load, self.inputs[v])
-
-    def _timed_load(self, inp: ViewInputs) -> HostView:
-        # the loads' wall seconds, summed over the loader threads: beside load_wait_seconds (what
-        # the fusion loop waited for them) it tells whether the loaders bound the stage (issue #36)
-        t0 = time.perf_counter()
-        host = self.load(inp)
-        with self._load_lock:
-            self.stats["load_seconds"] += time.perf_counter() - t0
-        return host
-
-    def acquire(self, step: int) -> dict[int, object]:
-        """Make the views of plan[step] resident; start loading the next steps' views."""
-        needed = self.plan[step]
-        for v in needed:
-            if v not in self.resident and v not in self.pending:
-                self._submit(v)
-        for v in needed:
-            if v in self.resident:
-                continue
-            t0 = time.perf_counter()
-            host: HostView = self.pending.pop(v).result()
-            self.stats["load_wait_seconds"] += time.perf_counter() - t0
-            while len(self.resident) >= self.capacity:
-                self._evict(step, keep=needed)
-            blocked = self.blocked_store.pop(v, None)
-            if blocked is None:
-                blocked = host.blocked
-            if v not in self.loaded_once:
-                self.loaded_once.add(v)
-                self.stats["valid_pixels"] += host.valid_pixels
-                self.stats["masked_pixels"] += host.masked_pixels
-                self.stats["textureless_pixels"] += host.textureless_pixels
-                self.stats["speckle_pixels"] += host.speckle_pixels
-                self.stats["halo_pixels"] += host.halo_pixels
-                self.pixels_by_view[v] = tuple(int(getattr(host, k)) for k in PIXEL_COUNTS)
-            else:
-                self.stats["reloads"] += 1
-            self.resident[v] = self.engine.upload(host, blocked)
-        self._prefetch(step)
-        return {v: self.resident[v] for v in needed}
-
-    def _evict(self, step: int, keep: list[int]) -> None:
-        candidates = [v for v in self.resident if v not in keep]
-        if not candidates:
-            raise RuntimeError("view cache too small for one reference view and its neighbours")
-        victim = max(candidates, key=lambda v: (self._next_use(v, step), v))
-        entry = self.resident.pop(victim)
-        marks = self.engine.evict(entry, keep_marks=self._next_use(victim, step) != float("inf"))
-        if marks is not None:
-            self.blocked_store[victim] = marks
-
-    def _prefetch(self, step: int) -> None:
-        """Start loading the views of the next steps that are neither resident nor loading,
-        nearest step first, with at most `prefetch` loads in flight or waiting."""
-        for s in range(step + 1, len(self.plan)):
-            if len(self.pending) >= self.prefetch:
-                return
-            for v in self.plan[s]:
-                if v not in self.resident and v not in self.pending and len(self.pending) < self.prefetch:
-                    self._submit(v)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,10 +376,8 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     load = functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
                              segment_depth_step=cfg.segment_depth_step, halo_radius=cfg.halo_radius,
                              halo_edge=cfg.halo_edge)
-    if gate is not None:
-        load = gate.gated(load)
-    cache = _ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
-                       threads=threads, stats=stats, load=load)
+    cache = ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
+                      threads=threads, stats=stats, load=load, gate=gate)
     # the loop's own seconds: making views resident (their loads' waits and uploads), fusing, and the
     # caller's work on each chunk (packing and queueing its bytes): where a slow fusion spends its time
     loop = stats.setdefault("loop_seconds", {"acquire": 0.0, "fuse": 0.0, "consumer": 0.0})

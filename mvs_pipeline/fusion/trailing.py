@@ -35,7 +35,8 @@ class DepthStopped(Exception):
 
 class MapsGate:
     """Which views the depth stage will give final maps, and which it has written. The depth stage
-    calls planned() and written() (depth/stage.py's `final_maps`); fusion's loader threads wait()."""
+    calls planned() and written() (depth/stage.py's `final_maps`); fusion's view cache asks is_written() and
+    wait() (fusion/view_cache.py)."""
 
     def __init__(self, map_type: str):
         self.map_type = map_type   # the final pass's maps: geometric, or photometric without geometric passes
@@ -69,19 +70,20 @@ class MapsGate:
                 raise DepthStopped(self._stopped)
             return list(self._planned)
 
-    def wait(self, view_idx: int) -> None:
+    def wait(self, view_idx: int, timeout: float | None = None) -> bool:
+        """Whether view_idx's maps are written, once they are or `timeout` seconds passed (None: no limit);
+        DepthStopped if the depth stage stopped without writing them."""
         with self._cond:
-            self._cond.wait_for(lambda: view_idx in self._written or self._stopped is not None)
-            if view_idx not in self._written:
+            self._cond.wait_for(lambda: view_idx in self._written or self._stopped is not None, timeout)
+            if view_idx in self._written:
+                return True
+            if self._stopped is not None:
                 raise DepthStopped(self._stopped)
+            return False
 
-    def gated(self, load):
-        """`load(inputs)` that first waits for the view's maps."""
-        def gated_load(inputs):
-            self.wait(inputs.view_idx)
-            return load(inputs)
-
-        return gated_load
+    def is_written(self, view_idx: int) -> bool:
+        # without the lock: a set's membership test is atomic in CPython, and fusion's loop asks often
+        return view_idx in self._written
 
 
 def fuse_beside_depth(cfg, scene, selection, out_dir, backend: str, gate: MapsGate) -> dict:

@@ -55,6 +55,21 @@ def test_same_files_whatever_the_order_the_maps_arrive_in(maps, order):
     assert record["counts"]["points"] == counts["points"]
 
 
+def test_written_views_are_read_ahead_while_fusion_waits(maps):
+    """Every view but the first written: while fusion waits for view 0 its cache reads the others and makes them
+    resident (view_cache.py; there is room for all here); the same files."""
+    scene, sel, ws, expected = maps
+    trailing = TrailingFusion(FusionConfig(), scene, sel, ws, "cpu", "geometric").start()
+    trailing.gate.planned(list(range(VIEWS)))
+    for v in range(1, VIEWS):
+        trailing.gate.written(v)
+    time.sleep(1.0)   # fusion waits for view 0 meanwhile
+    trailing.gate.written(0)
+    counts = trailing.result()
+    assert counts is not None and _fused(ws) == expected
+    assert counts["cache_views"] == VIEWS and counts["loaded_ahead"] == VIEWS - 1, counts
+
+
 def test_a_depth_stage_that_stops_leaves_nothing(maps):
     scene, sel, ws, _ = maps
     before = sorted(str(p.relative_to(ws)) for p in ws.rglob("*"))
@@ -78,30 +93,25 @@ def test_the_gate():
     waiter.join(5)
     assert got == [[2, 5]]
     gate.written(5)
-    gate.wait(5)   # returns at once
-    loads = []
-    load = gate.gated(lambda inp: loads.append(inp.view_idx) or inp.view_idx)
-    blocked = threading.Thread(target=lambda: loads.append(_raised(load, 2)))
+    assert gate.wait(5) and gate.is_written(5)   # returns at once
+    assert not gate.is_written(2) and gate.wait(2, timeout=0.05) is False   # view 2 not written
+    waits = []
+    blocked = threading.Thread(target=lambda: waits.append(_raised(gate, 2)))
     blocked.start()
     time.sleep(0.05)
-    assert loads == [] and blocked.is_alive()   # view 2 not written: its load waits
+    assert waits == [] and blocked.is_alive()   # without a timeout the wait goes on
     gate.stop("stopped")
     blocked.join(5)
-    assert loads == ["DepthStopped: stopped"]
+    assert waits == ["DepthStopped: stopped"]
     never_planned = MapsGate("geometric")
     never_planned.stop("never planned")
     with pytest.raises(DepthStopped, match="never planned"):
         never_planned.views()
 
 
-def _raised(load, view_idx):
-    class Inputs:
-        pass
-
-    inp = Inputs()
-    inp.view_idx = view_idx
+def _raised(gate, view_idx):
     try:
-        return load(inp)
+        return gate.wait(view_idx)
     except DepthStopped as exc:
         return f"DepthStopped: {exc}"
 
