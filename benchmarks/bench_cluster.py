@@ -226,7 +226,8 @@ def main(argv=None) -> int:
         fusion_counts = json.loads(fusion_record.read_text()).get("counts", {}) if fusion_record.is_file() else {}
         rows.append({"mode": mode, "backend": run["backend"], "depth_s": run["stage_seconds"]["depth"],
                      "fusion_counts": {k: fusion_counts[k] for k in ("seconds", "load_seconds", "load_wait_seconds",
-                                                                     "load_threads", "cache_views", "loop_seconds")
+                                                                     "load_threads", "cache_views", "loop_seconds",
+                                                                     "loaded_ahead")
                                        if k in fusion_counts},
                      "cluster_wait_seconds": run["counts"].get("cluster_wait_seconds"),
                      "sampling_step_seconds": run["counts"].get("sampling_step_seconds"),
