@@ -71,6 +71,7 @@ IGNORED_KEYS = {
     "fusion.cache_views",      # memory use only: fusion's points do not depend on the cache (fusion/stage.py)
     "fusion.load_threads",     # how many views load at once: the same points in the same order
     "fusion.during_depth",     # fused beside the depth stage or after it: the same points in the same order
+    "fusion.read_ahead",       # which written views load while fusion waits: the same points in the same order
     "evaluate.depth_metrics_early",   # when the depth maps are compared, not what comes out
     "evaluate.report",         # the report is rewritten by every run with evaluate (pipeline.py)
     "evaluate.report_max_views",

@@ -137,8 +137,15 @@ class FusionConfig:
         "threads loading views (maps, image, pixel filters) at once, at most the cores; twice as many views are "
         "read ahead. Changes no output", "threads", (1, 64)))
     during_depth: bool = field(default=True, metadata=meta(
-        "on the GPU without a --gpu-memory budget or --cluster: fuse each view as soon as the depth stage has "
-        "written its final maps and its neighbours', beside the depth stage (fusion/trailing.py). Changes no output"))
+        "on the GPU without a --gpu-memory budget: fuse each view as soon as the depth stage has written its final "
+        "maps and its neighbours', beside the depth stage (fusion/trailing.py; on a local --cluster in the first "
+        "worker's process, fusion/worker_hosted.py). Changes no output"))
+    # Why (issue #36): on 2 GPUs fusion follows the first worker's block while the second worker writes the other
+    # block; read in plan order, that block waited for the end of the depth stage (fusion/view_cache.py)
+    read_ahead: bool = field(default=True, metadata=meta(
+        "beside the depth stage: while fusion waits for a view's maps, read the views whose maps are written, "
+        "nearest in the plan first, and keep them loaded while there is room (false = in plan order only). "
+        "Changes no output"))
     cache_views: int | None = field(default=None, metadata=meta(
         "views whose maps are kept loaded at once (null = as many as half the free memory holds)", "views",
         (2, 100000)))

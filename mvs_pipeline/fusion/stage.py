@@ -377,7 +377,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
                              segment_depth_step=cfg.segment_depth_step, halo_radius=cfg.halo_radius,
                              halo_edge=cfg.halo_edge)
     cache = ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
-                      threads=threads, stats=stats, load=load, gate=gate)
+                      threads=threads, stats=stats, load=load, gate=gate, read_ahead=cfg.read_ahead)
     # the loop's own seconds: making views resident (their loads' waits and uploads), fusing, and the
     # caller's work on each chunk (packing and queueing its bytes): where a slow fusion spends its time
     loop = stats.setdefault("loop_seconds", {"acquire": 0.0, "fuse": 0.0, "consumer": 0.0})

@@ -85,6 +85,9 @@ class MapsGate:
         # without the lock: a set's membership test is atomic in CPython, and fusion's loop asks often
         return view_idx in self._written
 
+    def written_count(self) -> int:
+        return len(self._written)
+
 
 def fuse_beside_depth(cfg, scene, selection, out_dir, backend: str, gate: MapsGate) -> dict:
     """fuse_depth_maps fed by `gate`, in the calling thread; on the GPU on a non-blocking stream of its own

@@ -30,10 +30,11 @@ GATE_POLL_SECONDS = 0.01   # beside the depth stage: how often a waiting loop lo
 
 class ViewCache:
     def __init__(self, engine, inputs: list[ViewInputs | None], plan: list[list[int]], capacity: int,
-                 prefetch: int, threads: int, stats: dict, load=load_view, gate=None):
+                 prefetch: int, threads: int, stats: dict, load=load_view, gate=None, read_ahead: bool = True):
         self.engine = engine
         self.load = load   # inputs -> HostView (load_view with the config's pixel filters)
         self.gate = gate   # None: every map is written; else loads wait for gate.is_written
+        self.read_ahead = read_ahead   # with a gate: the written views past an unwritten one too (fusion.read_ahead)
         self.inputs = inputs
         self.plan = plan
         self.capacity = capacity
@@ -103,9 +104,15 @@ class ViewCache:
     def _wait_for_maps(self, v: int, step: int, needed: list[int]) -> None:
         """Beside the depth stage: until view v's maps are written (DepthStopped if they never will be), read the
         written views of the next steps and make the loaded ones resident while there is room."""
+        if not self.read_ahead:
+            self.gate.wait(v)
+            return
+        seen_written = -1
         while not self.gate.wait(v, timeout=GATE_POLL_SECONDS):
-            self._prefetch(step - 1)
             done = [u for u, fut in self.pending.items() if fut.done()]
+            if done or self.gate.written_count() != seen_written:   # else nothing new to load: no scan
+                seen_written = self.gate.written_count()
+                self._prefetch(step - 1)
             for u in sorted(done, key=lambda u: self._next_use(u, step)):
                 if len(self.resident) >= self.capacity:   # no room: it waits, loaded, for its step
                     break
@@ -144,6 +151,9 @@ class ViewCache:
             if len(self.pending) >= self.prefetch:
                 return
             for v in self.plan[s]:
-                if v not in self.resident and v not in self.pending and len(self.pending) < self.prefetch \
-                        and self._written(v):
+                if v in self.resident or v in self.pending or len(self.pending) >= self.prefetch:
+                    continue
+                if self._written(v):
                     self._submit(v)
+                elif not self.read_ahead:   # in plan order only: nothing past a view still to be written
+                    return

@@ -55,11 +55,12 @@ def test_same_files_whatever_the_order_the_maps_arrive_in(maps, order):
     assert record["counts"]["points"] == counts["points"]
 
 
-def test_written_views_are_read_ahead_while_fusion_waits(maps):
+@pytest.mark.parametrize("read_ahead", [True, False])
+def test_written_views_are_read_ahead_while_fusion_waits(maps, read_ahead):
     """Every view but the first written: while fusion waits for view 0 its cache reads the others and makes them
-    resident (view_cache.py; there is room for all here); the same files."""
+    resident (view_cache.py; there is room for all here), unless fusion.read_ahead is off; the same files."""
     scene, sel, ws, expected = maps
-    trailing = TrailingFusion(FusionConfig(), scene, sel, ws, "cpu", "geometric").start()
+    trailing = TrailingFusion(FusionConfig(read_ahead=read_ahead), scene, sel, ws, "cpu", "geometric").start()
     trailing.gate.planned(list(range(VIEWS)))
     for v in range(1, VIEWS):
         trailing.gate.written(v)
@@ -67,7 +68,7 @@ def test_written_views_are_read_ahead_while_fusion_waits(maps):
     trailing.gate.written(0)
     counts = trailing.result()
     assert counts is not None and _fused(ws) == expected
-    assert counts["cache_views"] == VIEWS and counts["loaded_ahead"] == VIEWS - 1, counts
+    assert counts["cache_views"] == VIEWS and counts["loaded_ahead"] == (VIEWS - 1 if read_ahead else 0), counts
 
 
 def test_a_depth_stage_that_stops_leaves_nothing(maps):
