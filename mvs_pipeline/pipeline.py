@@ -448,9 +448,9 @@ TRAILING_BACKENDS = ("cuda",)
 def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None:
     """Fusion beside the depth stage (fusion/trailing.py), where it can overlap: the GPU without a
     budget, fusion not on the workers (cluster.later_stages), no --resume-only, fusion.during_depth, maps of
-    the final pass's type, nothing fused yet. In this process, or on a `--cluster` run whose cluster started
-    in the first worker's process (fusion/worker_hosted.py). The run's end releases it if the depth stage
-    never wrote what it waits for."""
+    the final pass's type, nothing fused yet. In this process, or, on a `--cluster` run that started its
+    cluster, in the first worker's process (fusion/worker_hosted.py). The run's end releases it if the depth
+    stage never wrote what it waits for."""
     from .depth.passes import final_map_type  # noqa: PLC0415
     from .fusion.stage import output_paths  # noqa: PLC0415
     from .fusion.trailing import TrailingFusion  # noqa: PLC0415
