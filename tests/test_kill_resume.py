@@ -4,12 +4,14 @@ run that was never killed, and leaves no temporary file behind (issue #36: "Noth
 
 CPU backend, a tiny synthetic scene; the kill comes from inside the process at a fixed point (a test
 cannot time a signal into a stage that lasts a second): fusion at its third view's load, sampling
-after fused_fps.ply was written in full but before it took its name. The 1000-view run is killed by
-the clock instead: benchmarks/bench_kill_resume.py.
+after fused_fps.ply was written in full but before it took its name; a `--cluster` run's process while its
+first worker fuses beside the depth stage. The 1000-view run is killed by the clock instead:
+benchmarks/bench_kill_resume.py.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -113,6 +115,41 @@ def test_killed_beside_the_depth_stage_resumes_to_the_same_clouds(scene, uninter
     assert not any((out / name).exists() for name in OUTPUTS)
     rerun = run(scene, out, BESIDE_DEPTH)
     assert rerun.returncode == 0, rerun.stderr
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+    assert [p for p in out.rglob(f"*{TMP_MARKER}*")] == []
+
+
+# the client of a --cluster run killed while the first worker hosts fusion beside the depth stage
+# (fusion/worker_hosted.py), at the second view the file watcher hands to it
+KILL_HOSTED = Patched(BESIDE_DEPTH + """
+import os, signal
+import mvs_pipeline.fusion.worker_hosted as worker_hosted
+_written, _handed = worker_hosted.ForwardingGate.written, []
+def written(self, view_idx):
+    _handed.append(view_idx)
+    if len(_handed) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _written(self, view_idx)
+worker_hosted.ForwardingGate.written = written
+""")
+CLUSTER = ["--cluster", "local", "--set", "cluster.workers=2"]
+
+
+@pytest.mark.slow   # two local clusters start (worker processes, Numba's cache loads)
+def test_a_killed_cluster_run_with_fusion_on_a_worker_resumes_to_the_same_clouds(scene, uninterrupted, tmp_path):
+    """The run's process dies with the cluster's workers (the hosted fusion with them); the rerun, on a cluster
+    again, resumes the depth stage and writes the clouds of a single process that was never killed, and no
+    temporary file stays behind."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    killed = run(scene, out, KILL_HOSTED, stages=[*STAGES, *CLUSTER])
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    assert not any((out / name).exists() for name in OUTPUTS)
+    rerun = run(scene, out, BESIDE_DEPTH, stages=[*STAGES, *CLUSTER])
+    assert rerun.returncode == 0, rerun.stderr
+    counts = json.loads((out / "run.json").read_text())["counts"]
+    assert counts["depth_view_passes_resumed"] >= 2 and "fusion_beside_depth_worker" in counts, counts
     for name in OUTPUTS:
         assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
     assert [p for p in out.rglob(f"*{TMP_MARKER}*")] == []
