@@ -78,7 +78,7 @@ def start_fork_server(cfg: ClusterConfig) -> None:
     dask.distributed in that process while this one goes on (it returns at once; the first worker's start waits for
     the server to be ready). The workers are forked from it with distributed imported: a spawned worker imports it
     afresh, ~1.4 s each on the H200 host, after this process's own import."""
-    if cfg.kind not in ("local", "local-cuda") or cfg.start_method != "forkserver":
+    if cfg.kind not in ("local", "local-cuda") or _start_method_name(cfg) != "forkserver":
         return
     import multiprocessing  # noqa: PLC0415
     import multiprocessing.forkserver  # noqa: PLC0415
@@ -88,18 +88,29 @@ def start_fork_server(cfg: ClusterConfig) -> None:
     multiprocessing.forkserver.ensure_running()   # a server already running (an earlier cluster) is kept
 
 
+def _start_method_name(cfg: ClusterConfig) -> str:
+    """cluster.start_method where this platform has it (no fork server on Windows: spawn there)."""
+    import multiprocessing  # noqa: PLC0415
+
+    if cfg.start_method == "forkserver" and "forkserver" not in multiprocessing.get_all_start_methods():
+        log.debug("cluster: no fork server on this platform; the workers are spawned")
+        return "spawn"
+    return cfg.start_method
+
+
 def _start_method(cfg: ClusterConfig):
     """Dask's setting for how a local cluster's nannies start their workers (cluster.start_method)."""
     import dask  # noqa: PLC0415 (with distributed, only with --cluster)
 
-    if cfg.start_method == "forkserver":
+    method = _start_method_name(cfg)
+    if method == "forkserver":
         # Dask would otherwise import its optional packages (pandas, lz4, ...) here to preload them into the
         # server, which start_fork_server has started already with its own list
         import distributed.utils  # noqa: PLC0415
 
         if hasattr(distributed.utils, "_forkserver_preload_set"):
             distributed.utils._forkserver_preload_set = True
-    return dask.config.set({"distributed.worker.multiprocessing-method": cfg.start_method})
+    return dask.config.set({"distributed.worker.multiprocessing-method": method})
 
 
 @contextlib.contextmanager

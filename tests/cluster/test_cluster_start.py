@@ -87,3 +87,20 @@ def test_local_workers_start_as_cluster_start_method_says(method):
     else:
         assert parents == {os.getpid()} and parents != {server}
     assert preloaded == {True}
+
+
+def test_a_platform_without_a_fork_server_spawns(monkeypatch):
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    import dask
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    cfg = ClusterConfig(kind="local", workers=1)
+    assert cluster_client._start_method_name(cfg) == "spawn"
+    with cluster_client._start_method(cfg):
+        assert dask.config.get("distributed.worker.multiprocessing-method") == "spawn"
+    started = []
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", lambda: started.append(1))
+    cluster_client.start_fork_server(cfg)
+    assert started == []
