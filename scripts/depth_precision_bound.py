@@ -66,14 +66,20 @@ def pixels_per_metre(scene, depths, r: int, rays: np.ndarray, points: np.ndarray
     return best
 
 
-def run_errors(run: Path, view, ok: np.ndarray, rate: np.ndarray, keep: np.ndarray, truth: np.ndarray):
-    """[M] |estimated - true| z-depth in metres and in pixels of the best view, for view's kept pixels that the
-    run's final depth map covers (geometric maps, else photometric)."""
+def final_depth_path(run: Path, view) -> Path | None:
+    """The run's final depth map of `view`: geometric, else photometric (None: neither)."""
     for kind in ("geometric", "photometric"):
         path = run / "stereo" / "depth_maps" / f"{view.name}.{kind}.bin"
         if path.is_file():
-            break
-    else:
+            return path
+    return None
+
+
+def run_errors(run: Path, view, ok: np.ndarray, rate: np.ndarray, keep: np.ndarray, truth: np.ndarray):
+    """[M] |estimated - true| z-depth in metres and in pixels of the best view, for view's kept pixels that the
+    run's final depth map covers (geometric maps, else photometric)."""
+    path = final_depth_path(run, view)
+    if path is None:
         return np.zeros(0), np.zeros(0)
     estimate = read_colmap_array(path, channels=1)[ok][keep]
     has = np.isfinite(estimate) & (estimate > 0)

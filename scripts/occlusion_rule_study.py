@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from depth_precision_bound import pixel_rays  # noqa: E402
+from depth_precision_bound import final_depth_path, pixel_rays  # noqa: E402
 from precision_rule_study import load_run, score_drops  # noqa: E402
 
 from mvs_pipeline.io.colmap_maps import read_colmap_array  # noqa: E402
@@ -35,14 +35,12 @@ def final_depths(run: Path, scene) -> list[np.ndarray]:
     """Each view's final depth map (geometric, else photometric), NaN where it has none."""
     maps = []
     for view in scene.views:
-        for kind in ("geometric", "photometric"):
-            path = run / "stereo" / "depth_maps" / f"{view.name}.{kind}.bin"
-            if path.is_file():
-                d = read_colmap_array(path)
-                maps.append(np.where(d > 0, d, np.nan))
-                break
-        else:
+        path = final_depth_path(run, view)
+        if path is None:
             maps.append(np.full((view.height, view.width), np.nan, np.float32))
+        else:
+            d = read_colmap_array(path)
+            maps.append(np.where(d > 0, d, np.nan))
     return maps
 
 

@@ -25,6 +25,7 @@ import logging
 import threading
 
 from ..background import DaemonJob
+from ..cluster.client import error_text
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ def counts_or_none(future) -> dict | None:
     except DepthStopped as exc:
         log.info("fusion: the fusion beside the depth stage stopped (%s); fusing after it", exc)
     except Exception as exc:  # noqa: BLE001
-        log.warning("fusion: the fusion beside the depth stage failed (%s: %s); fusing after it",
-                    type(exc).__name__, " ".join(str(exc).split()))
+        log.warning("fusion: the fusion beside the depth stage failed (%s); fusing after it", error_text(exc))
     return None
 
 
