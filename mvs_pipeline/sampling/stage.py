@@ -94,7 +94,7 @@ class _Clock:
         self.t = now
 
 
-def _sample(cfg: SamplingConfig, cloud: PointCloud, backend: str, info: dict) -> tuple[PointCloud, object]:
+def sample_cloud(cfg: SamplingConfig, cloud: PointCloud, backend: str, info: dict) -> tuple[PointCloud, object]:
     """(the cloud to write, FPS indices into `cloud` or None after pooling). Arrays stay on the
     module `cloud` has (CuPy: the whole step on the GPU); `info` gets counts and step seconds."""
     from .points.fps.ops import farthest_point_sampling  # noqa: PLC0415 (numba import only when sampling)
@@ -230,7 +230,7 @@ def sample_fused_cloud(cfg, fused_ply: Path, out_dir: Path, overwrite: bool = Fa
     if cloud is not None and len(cloud) == 0:
         raise MVSError(f"{fused_ply}: the fused cloud has no points; nothing to sample")
     if do_samples:
-        sampled, indices = _sample(cfg, cloud, backend, info)
+        sampled, indices = sample_cloud(cfg, cloud, backend, info)
         t0 = time.perf_counter()
         write_ply(paths["samples"], sampled)
         if "indices" in paths and indices is not None:
