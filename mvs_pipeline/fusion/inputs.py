@@ -43,6 +43,7 @@ from ..scene.scene import Scene
 from ..io.object_masks import mask_path_for, read_object_mask
 from .halo import halo_pixels
 from .speckles import min_segment_pixels, small_segments
+from .weak_planes import WeakPlanes, snap_weak_planes
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class ViewInputs:
     normal_path: Path
     image_path: Path
     mask_path: Path | None
+    intrinsics: tuple[float, float, float, float] | None = None  # fx, fy, cx, cy (px): for weak_planes
 
 
 @dataclass
@@ -74,6 +76,7 @@ class HostView:
     textureless_pixels: int = 0  # blocked by min_texture (masked ones not counted again)
     speckle_pixels: int = 0  # blocked by min_segment (pixels with depth only; others not counted again)
     halo_pixels: int = 0  # blocked by halo_radius (likewise)
+    planar_pixels: int = 0  # depths set to their weakly textured region's plane (weak_planes)
 
     @property
     def nbytes(self) -> int:
@@ -140,8 +143,10 @@ def find_inputs(scene: Scene, stereo_dir: Path, map_type: str,
 
 def _view_inputs(i: int, view, stereo_dir: Path, map_type: str, mask_root: Path | None) -> ViewInputs:
     mask = mask_path_for(mask_root, view.name) if mask_root is not None else None
+    K = view.K
     return ViewInputs(i, view.name, view.width, view.height, map_path(stereo_dir, "depth_maps", view.name, map_type),
-                      map_path(stereo_dir, "normal_maps", view.name, map_type), view.image_path, mask)
+                      map_path(stereo_dir, "normal_maps", view.name, map_type), view.image_path, mask,
+                      (float(K[0, 0]), float(K[1, 1]), float(K[0, 2]), float(K[1, 2])))
 
 
 def expected_inputs(scene: Scene, stereo_dir: Path, map_type: str, mask_dir: str | Path | None,
@@ -221,10 +226,12 @@ def _spread_threshold(min_texture: float, n: int) -> int:
 
 
 def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
-              segment_depth_step: float = 0.1, halo_radius: int = 0, halo_edge: float = 0.0) -> HostView:
+              segment_depth_step: float = 0.1, halo_radius: int = 0, halo_edge: float = 0.0,
+              weak_planes: WeakPlanes | None = None) -> HostView:
     """One view's maps, colours and blocked pixels (mask, min_texture, then min_segment: a share of
     the image's pixels; segment_depth_step: the relative depth step that still joins neighbours;
-    then halo_radius, px, with halo_edge, grey levels per px)."""
+    then halo_radius, px, with halo_edge, grey levels per px). `weak_planes`: first put the weakly
+    textured regions' depths onto their planes (weak_planes.py; needs inp.intrinsics)."""
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -239,6 +246,11 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
         raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
     _check_size(inp.image_path, "image", bgr.shape, inp)
     color = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    planar = 0
+    if weak_planes is not None:
+        fx, fy, cx, cy = inp.intrinsics
+        K = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+        planar = snap_weak_planes(depth, normal, local_grey_std(bgr), K, weak_planes, seed=inp.view_idx)
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
@@ -262,7 +274,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
         _block(blocked, band)
         halo = int(np.count_nonzero(band))
     valid = int(np.count_nonzero(depth > 0))
-    return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles, halo)
+    return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles, halo, planar)
 
 
 def _block(blocked: np.ndarray, pixels: np.ndarray) -> None:

@@ -112,6 +112,22 @@ class FusionConfig:
         "with halo_radius: also ignore pixels from which the region without depth is reached in a straight "
         "line without crossing an image edge this strong (the carried depth where roof and sky have one "
         "colour; largest RGB channel, 3x3 Sobel / 8; 0 = colour test only)", "grey levels per px", (0.0, 255.0)))
+    # Session 32 (issue #37; docs/decisions.md, "Weakly textured regions onto planes"): a CPU study on the room's
+    # final maps (scripts/plane_snap_study.py) found F1 0.618 -> 0.704 and accuracy 0.800 -> 0.861 at 2 cm with
+    # the object unchanged; regions with texture left alone (fitting every region cost the object 1 pp).
+    weak_planes: bool = field(default=False, metadata=meta(
+        "put each weakly textured region's depths onto planes before fusing (walls: fusion/weak_planes.py); "
+        "the maps on disk are not changed"))
+    weak_plane_texture: float = field(default=4.0, metadata=meta(
+        "with weak_planes: a region is connected pixels whose 11x11 grey-level standard deviation is below "
+        "this", "grey levels", (0.0, 255.0)))
+    weak_plane_tolerance: float = field(default=0.03, metadata=meta(
+        "with weak_planes: a depth within this fraction of the plane's depth lies on it", "fraction", (0.001, 0.5)))
+    weak_plane_min_share: float = field(default=0.4, metadata=meta(
+        "with weak_planes: a plane must hold this share of its region's depths", "fraction", (0.05, 1.0)))
+    weak_plane_min_area: float = field(default=0.0025, metadata=meta(
+        "with weak_planes: regions with fewer depths than this share of the image's pixels are left alone",
+        "fraction", (0.0, 1.0)))
     # auto, measured (session 17, H100, quality suite; docs/decisions.md, "Denser fusion on small
     # scenes"): false gave the 800x600 courtyards F1 0.877 -> 0.893 at 2 cm and 0.68 -> 0.735 at 1 cm
     # (denser sampling of grazing ground), the 320 px objects and rooms +0.001-0.003, with 2.8-3.1x the

@@ -74,6 +74,7 @@ from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, expected_inputs, find_inputs, load_view
 from .params import FusionConfig, auto_consume_pixels, auto_min_consistent
 from .view_cache import IGNORED_KINDS, PIXEL_COUNTS, PREFETCH_PER_THREAD, ViewCache
+from .weak_planes import weak_planes_of
 from .writer import ChunkWriter
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     once the gate says its maps are in their files."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0,
+    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0, planar_pixels=0,
                  **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
     inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir, gate)
     stats["map_type"] = map_type
@@ -375,7 +376,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     stats["load_threads"] = threads
     load = functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
                              segment_depth_step=cfg.segment_depth_step, halo_radius=cfg.halo_radius,
-                             halo_edge=cfg.halo_edge)
+                             halo_edge=cfg.halo_edge, weak_planes=weak_planes_of(cfg))
     cache = ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
                       threads=threads, stats=stats, load=load, gate=gate, read_ahead=cfg.read_ahead)
     # the loop's own seconds: making views resident (their loads' waits and uploads), fusing, and the

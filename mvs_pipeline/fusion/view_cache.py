@@ -23,7 +23,8 @@ from .inputs import HostView, ViewInputs, load_view
 
 # the pixels fusion blocks, by reason (HostView's counts): masks, min_texture, min_segment, halo_radius
 IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
-PIXEL_COUNTS = ("valid_pixels", *(f"{k}_pixels" for k in IGNORED_KINDS))   # HostView's, per view
+# HostView's, per view (planar: depths put onto a weakly textured region's plane, fusion.weak_planes)
+PIXEL_COUNTS = ("valid_pixels", *(f"{k}_pixels" for k in IGNORED_KINDS), "planar_pixels")
 PREFETCH_PER_THREAD = 2   # views a loader thread has loaded or is loading ahead (host memory)
 GATE_POLL_SECONDS = 0.01   # beside the depth stage: how often a waiting loop looks for newly written views
 

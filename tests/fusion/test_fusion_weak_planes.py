@@ -1,0 +1,166 @@
+"""fusion.weak_planes: weakly textured regions' depths put onto their planes before fusing (fusion/weak_planes.py)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from mvs_pipeline.fusion.inputs import local_grey_std
+from mvs_pipeline.fusion.params import FusionConfig
+from mvs_pipeline.fusion.stage import fuse_chunks
+from mvs_pipeline.fusion.weak_planes import WeakPlanes, fit_plane, plane_depth, plane_normal, snap_weak_planes
+from mvs_pipeline.io.colmap_maps import read_depth_map, write_colmap_array
+from tests.fusion.fusion_scene import arc_poses, intrinsics, make_scene, plane_maps
+
+W, H = 96, 72
+PARAMS = WeakPlanes(texture=4.0, tolerance=0.03, min_share=0.4, min_area=0.0025)
+
+
+def _tilted_wall():
+    """(K, exact depth, exact normals) of a camera looking at a tilted plane 3-4 m away."""
+    K = intrinsics(W, H)
+    R, t = np.eye(3), np.zeros(3)
+    depth, normal = plane_maps(K, R, t, W, H, plane_n=(0.2, -0.1, -1.0), plane_c=-3.5)
+    assert (depth > 0).all()
+    return K, depth, normal
+
+
+def _corrupt(depth, normal, rng, gross_share=0.2):
+    """Depths with 1 % noise (inside the tolerance) and gross errors (+-10-40 %) on gross_share of the pixels;
+    normals tilted at random. Returns (depth, normal, gross mask)."""
+    d = depth * (1 + rng.uniform(-0.01, 0.01, depth.shape))
+    gross = rng.random(depth.shape) < gross_share
+    d[gross] *= 1 + rng.choice([-1, 1], gross.sum()) * rng.uniform(0.1, 0.4, gross.sum())
+    n = normal + rng.normal(0, 0.2, normal.shape)
+    n /= np.linalg.norm(n, axis=2, keepdims=True)
+    return d.astype(np.float32), n.astype(np.float32), gross
+
+
+def test_plane_depth_and_normal_in_closed_form():
+    K, depth, normal = _tilted_wall()
+    v, u = np.mgrid[0:H, 0:W] + 0.5
+    design = np.stack([u.ravel(), v.ravel(), np.ones(u.size)], 1)
+    coef, *_ = np.linalg.lstsq(design, 1.0 / depth.ravel().astype(np.float64), rcond=None)
+    np.testing.assert_allclose(plane_depth(coef, u, v), depth, rtol=1e-5)   # 1/z is affine in the pixel
+    np.testing.assert_allclose(plane_normal(coef, K), normal[0, 0], atol=1e-5)
+    assert plane_normal(coef, K)[2] < 0   # facing the camera
+
+
+def test_ransac_finds_the_plane_under_gross_errors():
+    K, depth, _ = _tilted_wall()
+    rng = np.random.default_rng(1)
+    d, _, gross = _corrupt(depth, np.zeros((H, W, 3)), rng, gross_share=0.45)
+    v, u = np.mgrid[0:H, 0:W]
+    coef, inl = fit_plane(u.ravel().astype(float), v.ravel().astype(float), d.ravel().astype(float), 0.03, rng)
+    assert inl.sum() >= 0.5 * d.size and not (inl & gross.ravel()).sum() > 0.02 * d.size
+    np.testing.assert_allclose(plane_depth(coef, u, v), depth, rtol=0.003)   # the 1 % noise averages out
+
+
+def test_a_weak_wall_is_put_on_its_plane_and_its_gross_errors_left():
+    K, depth, normal = _tilted_wall()
+    rng = np.random.default_rng(2)
+    d, n, gross = _corrupt(depth, normal, rng)
+    d0 = d.copy()
+    snapped = snap_weak_planes(d, n, np.zeros((H, W), np.float32), K, PARAMS, seed=0)
+    assert snapped == int((~gross).sum())   # every depth within 3 % of the plane, none of the others
+    np.testing.assert_allclose(d[~gross], depth[~gross], rtol=0.003)
+    np.testing.assert_allclose(n[~gross], normal[~gross], atol=0.005)
+    np.testing.assert_array_equal(d[gross], d0[gross])   # gross errors keep their depths (fusion's rules judge them)
+    d2, n2 = d0.copy(), _corrupt(depth, normal, np.random.default_rng(2))[1]
+    snap_weak_planes(d2, n2, np.zeros((H, W), np.float32), K, PARAMS, seed=0)
+    np.testing.assert_array_equal(d2, d)   # the seed decides the draws: the CPU and CUDA fusions see one map
+
+
+@pytest.mark.parametrize("case", ["textured", "small", "no_plane"])
+def test_what_is_left_alone(case):
+    K, depth, normal = _tilted_wall()
+    rng = np.random.default_rng(3)
+    d, n, _ = _corrupt(depth, normal, rng)
+    std = np.zeros((H, W), np.float32)
+    params = PARAMS
+    if case == "textured":
+        std[:] = 4.0   # not below the threshold
+    elif case == "small":
+        std[:] = 10.0
+        std[:5, :5] = 0.0   # a weak region of 25 depths, under the 26 the area asks for
+        params = WeakPlanes(4.0, 0.03, 0.4, 26 / (W * H))
+    else:
+        d = (depth * np.exp(rng.uniform(-1, 1, depth.shape))).astype(np.float32)   # no plane holds 40 %
+    before = d.copy(), n.copy()
+    assert snap_weak_planes(d, n, std, K, params, seed=0) == 0
+    np.testing.assert_array_equal(d, before[0])
+    np.testing.assert_array_equal(n, before[1])
+
+
+def _weak_images(root, views):
+    """Overwrite the scene's images with a smooth grey gradient plus 2 grey levels of noise: above
+    min_texture (1), below weak_plane_texture (4)."""
+    rng = np.random.default_rng(5)
+    for k in range(views):
+        ramp = np.linspace(90, 140, W)[None, :, None] + np.zeros((H, W, 3))
+        img = np.clip(ramp + rng.normal(0, 2.0, (H, W, 1)), 0, 255).astype(np.uint8)
+        cv2.imwrite(str(root / "images" / f"view_{k:03d}.png"), img)
+
+
+def _fuse(scene, sel, root, **cfg):
+    stats = {}
+    chunks = list(fuse_chunks(FusionConfig(**cfg), scene, sel, root / "stereo", "cpu", progress=False, stats=stats))
+    return np.concatenate([c.xyz for c in chunks]), stats
+
+
+def test_fusion_of_noisy_weak_walls_lands_on_the_plane(tmp_path):
+    """Four views of the plane z = 0 with weak texture and maps carrying 1 % noise and 20 % gross errors: with
+    weak_planes the fused points lie on the plane (the snapped depths), without it they keep the noise."""
+    scene, sel, truth = make_scene(tmp_path, arc_poses(4), W, H)
+    _weak_images(tmp_path, 4)
+    bgr = cv2.imread(str(tmp_path / "images" / "view_000.png"))
+    assert (local_grey_std(bgr) >= 1.0).all() and np.median(local_grey_std(bgr)) < 4.0
+    rng = np.random.default_rng(6)
+    for k in range(4):
+        d, n, _ = _corrupt(truth["depth"][k], truth["normal"][k], rng)
+        write_colmap_array(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
+        write_colmap_array(tmp_path / "stereo" / "normal_maps" / f"view_{k:03d}.png.geometric.bin", n)
+    maps = [read_depth_map(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin") for k in range(4)]
+    plain, plain_stats = _fuse(scene, sel, tmp_path, weak_planes=False)
+    snapped, stats = _fuse(scene, sel, tmp_path, weak_planes=True)
+    assert plain_stats["planar_pixels"] == 0 and stats["planar_pixels"] > 0.7 * 4 * W * H
+    off_plain, off_snapped = np.abs(plain[:, 2]), np.abs(snapped[:, 2])
+    assert np.median(off_snapped) < 0.1 * np.median(off_plain)
+    assert np.median(off_snapped) < 1e-3 and len(snapped) > len(plain)   # the snapped normals agree (30 deg)
+    for k in range(4):   # the maps on disk are not changed
+        np.testing.assert_array_equal(
+            read_depth_map(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin"), maps[k])
+
+
+def test_textured_images_fuse_the_same_with_weak_planes(tmp_path):
+    scene, sel, truth = make_scene(tmp_path, arc_poses(4), W, H)   # random texture: no weak region
+    rng = np.random.default_rng(7)
+    for k in range(4):
+        d, n, _ = _corrupt(truth["depth"][k], truth["normal"][k], rng)
+        write_colmap_array(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
+        write_colmap_array(tmp_path / "stereo" / "normal_maps" / f"view_{k:03d}.png.geometric.bin", n)
+    plain, _ = _fuse(scene, sel, tmp_path, weak_planes=False)
+    snapped, stats = _fuse(scene, sel, tmp_path, weak_planes=True)
+    assert stats["planar_pixels"] == 0
+    np.testing.assert_array_equal(plain, snapped)
+
+
+@pytest.mark.gpu
+def test_the_cuda_fusion_fuses_the_same_snapped_maps(tmp_path):
+    """The planes are fitted on the host for both backends (seeded by the view): the same planar pixels, and the
+    same points as the CPU fusion within the float32 tolerance of test_fusion_gpu."""
+    scene, sel, truth = make_scene(tmp_path, arc_poses(4), W, H)
+    _weak_images(tmp_path, 4)
+    rng = np.random.default_rng(8)
+    for k in range(4):
+        d, n, _ = _corrupt(truth["depth"][k], truth["normal"][k], rng)
+        write_colmap_array(tmp_path / "stereo" / "depth_maps" / f"view_{k:03d}.png.geometric.bin", d)
+        write_colmap_array(tmp_path / "stereo" / "normal_maps" / f"view_{k:03d}.png.geometric.bin", n)
+    cfg = FusionConfig(weak_planes=True)
+    stats = {"cpu": {}, "cuda": {}}
+    xyz = {b: np.concatenate([c.xyz for c in fuse_chunks(cfg, scene, sel, tmp_path / "stereo", b, progress=False,
+                                                            stats=stats[b])]) for b in ("cpu", "cuda")}
+    assert stats["cpu"]["planar_pixels"] == stats["cuda"]["planar_pixels"] > 0
+    assert abs(len(xyz["cuda"]) - len(xyz["cpu"])) <= 0.005 * len(xyz["cpu"])
+    assert abs(np.median(np.abs(xyz["cuda"][:, 2])) - np.median(np.abs(xyz["cpu"][:, 2]))) < 1e-4
