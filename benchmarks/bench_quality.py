@@ -22,6 +22,7 @@ by about a point between runs.
 
     python benchmarks/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
     python benchmarks/bench_quality.py --suite full --acmmp .anchors/acmmp
+    python benchmarks/bench_quality.py --suite quick --mesh none --fusion-variant "planes=--set fusion.weak_planes=true"
 """
 
 from __future__ import annotations
@@ -143,8 +144,20 @@ def mesh_scores(scene: Path, out: Path, method: str, extra: list[str]) -> dict:
             "faces": record["faces"]}
 
 
+def fusion_variant(scene: Path, out: Path, args: list[str]) -> dict:
+    """The row's scores with fusion redone on its depth maps (`run --stages fusion,evaluate ARGS`): a fusion
+    setting's effect without the depth stage's run-to-run differences."""
+    wall = mvs("-q", "run", str(scene), "-o", str(out), "--stages", "fusion,evaluate", *args)
+    eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
+    counts = json.loads((out / "stereo" / "fusion.json").read_text())["counts"]
+    return {"points": eth["num_reconstruction_points"], "seconds": round(wall, 1), **_scores(eth),
+            "fusion_seconds": counts.get("seconds"), "planar_pixels": counts.get("planar_pixels"),
+            "true_accuracy": mesh_share(scene, out / "fused.ply")}
+
+
 def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
-                  oracle: bool = True, acmmp: Path | None = None, meshes: tuple[str, ...] = ()) -> dict:
+                  oracle: bool = True, acmmp: Path | None = None, meshes: tuple[str, ...] = (),
+                  variants: tuple[tuple[str, list[str]], ...] = ()) -> dict:
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
     out = root / f"{name}_out"
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
@@ -158,6 +171,8 @@ def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, se
         row[f"mesh_{method}"] = mesh_scores(scene, out, method, extra)
     if acmmp is not None:
         row["acmmp"] = acmmp_synthetic(acmmp, scene, root / f"{name}_acmmp")
+    for label, args in variants:   # last: they leave the folder fused with their settings
+        row.setdefault("variants", {})[label] = fusion_variant(scene, out, extra + args)
     return row
 
 
@@ -190,7 +205,8 @@ def _mask_cells(m: dict) -> dict:
 
 def table(rows: list[dict]) -> str:
     """Our rows, each followed by ACMMP's on the same scene where it ran."""
-    rows = [x for r in rows for x in ([r, {**r["acmmp"], "scene": "  ACMMP, same scene"}] if "acmmp" in r else [r])]
+    rows = [x for r in rows for x in ([r, {**r["acmmp"], "scene": "  ACMMP, same scene"}] if "acmmp" in r else [r])
+            + [{**v, "scene": f"  {label}, same maps"} for label, v in r.get("variants", {}).items()]]
     oracle = any("oracle" in r for r in rows)
     meshes = sorted({k[5:] for r in rows for k in r if k.startswith("mesh_")})
     lines = ["| scene | points | s | " + " | ".join(f"acc / comp / F1 @{t * 100:g} cm" for t in TOLERANCES)
@@ -229,14 +245,19 @@ def main(argv=None) -> int:
                     "every row too")
     ap.add_argument("--mesh", default="tsdf,poisson",
                     help="mesh methods scored per synthetic row (mvs-pipeline mesh OUT --method M); none = no mesh column")
+    ap.add_argument("--fusion-variant", action="append", default=[], metavar="LABEL=ARGS",
+                    help="per synthetic row, also fuse its maps again with these run arguments (e.g. "
+                         "'planes=--set fusion.weak_planes=true'; repeatable): a row each, same depth maps")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     extra = args.args.split()
+    variants = tuple((v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.fusion_variant)
     rows = []
     t0 = time.perf_counter()
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
         meshes = () if args.mesh == "none" else tuple(m for m in args.mesh.split(",") if m)
-        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes))
+        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes,
+                                  variants=variants))
         print(json.dumps(rows[-1]), flush=True)
     if args.dtu is not None:
         rows.append(dtu_row(args.root, args.dtu, extra, acmmp=args.acmmp))
