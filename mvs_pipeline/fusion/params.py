@@ -112,10 +112,12 @@ class FusionConfig:
         "with halo_radius: also ignore pixels from which the region without depth is reached in a straight "
         "line without crossing an image edge this strong (the carried depth where roof and sky have one "
         "colour; largest RGB channel, 3x3 Sobel / 8; 0 = colour test only)", "grey levels per px", (0.0, 255.0)))
-    # Session 32 (issue #37; docs/decisions.md, "Weakly textured regions onto planes"): a CPU study on the room's
-    # final maps (scripts/plane_snap_study.py) found F1 0.618 -> 0.704 and accuracy 0.800 -> 0.861 at 2 cm with
-    # the object unchanged; regions with texture left alone (fitting every region cost the object 1 pp).
-    weak_planes: bool = field(default=False, metadata=meta(
+    # On, measured (session 32, H200, 30ee440, quick suite on the same maps; docs/decisions.md, "Weakly textured
+    # regions onto planes"): F1 / accuracy at 2 cm room_seen 0.615 / 0.797 -> 0.731 / 0.884, room 0.397 / 0.785
+    # -> 0.479 / 0.874, courtyard 0.893 / 0.937 -> 0.894 / 0.939, object unchanged (0.864 / 0.974); DTU scan 24
+    # without masks: mask precision 0.9431 -> 0.9451 at coverage 0.9972 -> 0.9969. Regions with texture are left
+    # alone (fitting every region cost the object 1 pp on the CPU).
+    weak_planes: bool = field(default=True, metadata=meta(
         "put each weakly textured region's depths onto planes before fusing (walls: fusion/weak_planes.py); "
         "the maps on disk are not changed"))
     weak_plane_texture: float = field(default=4.0, metadata=meta(

@@ -120,7 +120,8 @@ def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, grey_std: np.ndarray
             if len(left) < need:
                 break
             y, x = ys[left], xs[left]
-            u, v, d = x.astype(np.float64), y.astype(np.float64), depth[y, x].astype(np.float64)
+            # pixel centres, as K maps rays (COLMAP's convention: pixel x spans [x, x + 1)); the normal needs them
+            u, v, d = x + 0.5, y + 0.5, depth[y, x].astype(np.float64)
             coef, inl = fit_plane(u, v, d, params.tolerance, rng)
             if coef is None or np.count_nonzero(inl) < need:
                 break
