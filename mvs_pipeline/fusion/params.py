@@ -127,6 +127,10 @@ class FusionConfig:
         "with weak_planes: a depth within this fraction of the plane's depth lies on it", "fraction", (0.001, 0.5)))
     weak_plane_min_share: float = field(default=0.4, metadata=meta(
         "with weak_planes: a plane must hold this share of its region's depths", "fraction", (0.05, 1.0)))
+    weak_plane_reach: float | None = field(default=0.0, metadata=meta(
+        "with weak_planes: a depth of a region on none of its planes (a gross error) takes the plane whose "
+        "depths are nearest to it in the image where within this fraction of that plane's depth (0 = such depths "
+        "are left to fusion's rules; null = at any distance)", "fraction", (0.0, 1000.0)))
     weak_plane_min_area: float = field(default=0.0025, metadata=meta(
         "with weak_planes: regions with fewer depths than this share of the image's pixels are left alone",
         "fraction", (0.0, 1.0)))

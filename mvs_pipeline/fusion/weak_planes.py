@@ -24,6 +24,7 @@ import numpy as np
 HYPOTHESES = 128   # RANSAC draws per plane: a plane holding 30 % of a region is drawn with p > 0.97
 SCORE_PIXELS = 4096   # depths each hypothesis is scored on (a random subset of the region's); inliers on all after
 MAX_PLANES = 4   # planes per region (a region may span two walls and the ceiling)
+VOTE_WINDOW = 15   # px: a region's depth goes to the plane holding most of its depths in this box around it
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,16 @@ class WeakPlanes:
     tolerance: float   # fraction: a depth within this of the plane's is an inlier
     min_share: float   # fraction of the region's depths a plane must hold
     min_area: float    # fraction of the image's pixels: regions with fewer depths are left alone
+    reach: float = 0.0  # fraction: a depth on no plane takes its nearest plane's within this of it (0: none do)
 
 
 def weak_planes_of(cfg) -> WeakPlanes | None:
     """fusion.weak_planes' settings (FusionConfig), or None when it is off."""
     if not cfg.weak_planes:
         return None
+    reach = cfg.weak_plane_reach
     return WeakPlanes(cfg.weak_plane_texture, cfg.weak_plane_tolerance, cfg.weak_plane_min_share,
-                      cfg.weak_plane_min_area)
+                      cfg.weak_plane_min_area, float("inf") if reach is None else reach)
 
 
 def plane_depth(coef: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -99,7 +102,8 @@ def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, grey_std: np.ndarray
                      params: WeakPlanes, seed: int) -> int:
     """Set the depths and normals of each weakly textured region's plane inliers to the plane's, in place
     (depth [H, W] float32, 0 = none; normal [H, W, 3] camera frame; grey_std [H, W]: the 11x11 grey-level
-    standard deviation). Returns the pixels changed."""
+    standard deviation), each onto the plane holding most depths around it in the image; with params.reach >
+    the tolerance also the region's other depths within `reach` of that plane's. Returns the pixels changed."""
     rng = np.random.default_rng(seed)
     min_pixels = max(3, int(round(params.min_area * depth.size)))
     count, labels = weak_regions(grey_std, params.texture)
@@ -114,19 +118,67 @@ def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, grey_std: np.ndarray
     for rows in np.split(np.arange(len(lab)), bounds):
         if len(rows) < min_pixels:
             continue
-        need = max(min_pixels, int(np.ceil(params.min_share * len(rows))))
-        left = rows
-        for _ in range(MAX_PLANES):
-            if len(left) < need:
-                break
-            y, x = ys[left], xs[left]
-            # pixel centres, as K maps rays (COLMAP's convention: pixel x spans [x, x + 1)); the normal needs them
-            u, v, d = x + 0.5, y + 0.5, depth[y, x].astype(np.float64)
-            coef, inl = fit_plane(u, v, d, params.tolerance, rng)
-            if coef is None or np.count_nonzero(inl) < need:
-                break
-            depth[y[inl], x[inl]] = plane_depth(coef, u[inl], v[inl]).astype(np.float32)
-            normal[y[inl], x[inl]] = plane_normal(coef, K).astype(np.float32)
-            snapped += int(np.count_nonzero(inl))
-            left = left[~inl]
+        planes = _region_planes(depth, ys, xs, rows, params, min_pixels, rng)
+        if planes:
+            snapped += _snap_region(depth, normal, ys, xs, rows, planes, params.tolerance,
+                                    max(params.tolerance, params.reach), K)
     return snapped
+
+
+def _centres(y, x) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel centres, as K maps rays (COLMAP's convention: pixel x spans [x, x + 1)); the normal needs them."""
+    return x + 0.5, y + 0.5
+
+
+def _region_planes(depth, ys, xs, rows, params: WeakPlanes, min_pixels: int, rng):
+    """[(coef, rows on it)] of one region: planes one after another while one holds min_share of its depths."""
+    need = max(min_pixels, int(np.ceil(params.min_share * len(rows))))
+    planes, left = [], rows
+    for _ in range(MAX_PLANES):
+        if len(left) < need:
+            break
+        y, x = ys[left], xs[left]
+        u, v = _centres(y, x)
+        coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng)
+        if coef is None or np.count_nonzero(inl) < need:
+            break
+        planes.append((coef, left[inl]))
+        left = left[~inl]
+    return planes
+
+
+def _snap(depth, normal, y, x, coef, K) -> None:
+    u, v = _centres(y, x)
+    depth[y, x] = plane_depth(coef, u, v).astype(np.float32)
+    normal[y, x] = plane_normal(coef, K).astype(np.float32)
+
+
+def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: float, K) -> int:
+    """Each depth of a region onto the plane that holds most of the region's depths around it in the image (a
+    VOTE_WINDOW box: a depth of one wall that happens to lie on the other wall's plane does not decide), where it
+    lies within `reach` of that plane's depth (the tolerance: the plane's inliers on its own side); the pixels
+    changed."""
+    y, x = ys[rows], xs[rows]
+    choice = np.zeros(len(rows), np.int64)
+    if len(planes) > 1:
+        y0, x0 = y.min(), x.min()
+        votes = []
+        for _, on in planes:
+            mask = np.zeros((y.max() - y0 + 1, x.max() - x0 + 1), np.float32)
+            mask[ys[on] - y0, xs[on] - x0] = 1.0
+            votes.append(cv2.boxFilter(mask, -1, (VOTE_WINDOW, VOTE_WINDOW), normalize=False)[y - y0, x - x0])
+        choice = np.argmax(np.stack(votes), axis=0)
+    changed = 0
+    for k, (coef, _) in enumerate(planes):
+        mine = choice == k
+        u, v = _centres(y[mine], x[mine])
+        d = depth[y[mine], x[mine]].astype(np.float64)
+        if len(planes) > 1:   # refitted on its inliers on its own side (the other wall's near the crease left out)
+            own = np.abs(d - plane_depth(coef, u, v)) <= tolerance * d
+            if np.count_nonzero(own) >= 3:
+                coef, *_ = np.linalg.lstsq(np.stack([u[own], v[own], np.ones(np.count_nonzero(own))], 1),
+                                           1.0 / d[own], rcond=None)
+        near = np.abs(d - plane_depth(coef, u, v)) <= reach * d
+        _snap(depth, normal, y[mine][near], x[mine][near], coef, K)
+        changed += int(np.count_nonzero(near))
+    return changed

@@ -164,3 +164,30 @@ def test_the_cuda_fusion_fuses_the_same_snapped_maps(tmp_path):
     assert stats["cpu"]["planar_pixels"] == stats["cuda"]["planar_pixels"] > 0
     assert abs(len(xyz["cuda"]) - len(xyz["cpu"])) <= 0.005 * len(xyz["cpu"])
     assert abs(np.median(np.abs(xyz["cuda"][:, 2])) - np.median(np.abs(xyz["cpu"][:, 2]))) < 1e-4
+
+
+def test_reach_puts_a_regions_gross_errors_on_the_nearest_plane():
+    """Two walls meeting at the image's middle column in one weak region: their depths go onto each wall's plane;
+    reach 0 leaves the gross errors (but the few that happen to lie on a plane), a finite reach takes those
+    within it, and an unbounded one every depth, each onto its own side's wall (the nearest plane in the image)."""
+    K = intrinsics(W, H)
+    left, left_n = plane_maps(K, np.eye(3), np.zeros(3), W, H, plane_n=(0.5, 0.0, -1.0), plane_c=-3.0)
+    right, right_n = plane_maps(K, np.eye(3), np.zeros(3), W, H, plane_n=(-0.5, 0.0, -1.0), plane_c=-3.0)
+    side = np.arange(W)[None, :].repeat(H, 0) < W // 2
+    depth = np.where(side, left, right)
+    normal = np.where(side[..., None], left_n, right_n)
+    d, n, gross = _corrupt(depth, normal, np.random.default_rng(9), gross_share=0.1)
+    away = np.broadcast_to(np.abs(np.arange(W) - W // 2) > 6, (H, W))   # near the crease the walls' depths are alike
+    counts = {}
+    for reach in (0.0, 0.25, float("inf")):
+        dd, nn = d.copy(), n.copy()
+        counts[reach] = snap_weak_planes(dd, nn, np.zeros((H, W), np.float32), K,
+                                         WeakPlanes(4.0, 0.03, 0.3, 0.0025, reach), seed=0)
+        on_wall = np.abs(dd - depth) <= 0.01 * depth   # the wall's plane, within the 1 % noise
+        assert on_wall[~gross & away].all()
+        if reach == 0.0:
+            assert (dd[gross] == d[gross]).mean() > 0.9
+        if reach == float("inf"):
+            assert counts[reach] == H * W and on_wall[away].all()
+            np.testing.assert_allclose(nn[away], normal[away], atol=0.02)
+    assert (~gross & away).sum() <= counts[0.0] < counts[0.25] < counts[float("inf")]
