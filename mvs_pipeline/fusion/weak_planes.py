@@ -6,9 +6,12 @@ agreement keeps those that happen to agree. A wall is a plane over a region with
 weakly textured regions (connected pixels whose 11x11 grey-level standard deviation is below `texture`, fusion's
 min_texture measure) are fitted with planes: RANSAC on the inverse depth, which is affine in the pixel for a plane
 (1/z = a u + b v + c), one plane after another while one holds at least `min_share` of the region's depths within
-`tolerance` of the plane's; each plane's inliers take the plane's depth and normal. The other pixels, and regions
-with no such plane, keep their maps. Regions with texture are left alone: there the matching is precise, and a
-plane would flatten curved surfaces (an object's F1 fell 1 pp when every region was fitted).
+`tolerance` of the plane's. Each depth of the region then goes to the plane that holds most of the region's depths
+in a box around it (so a depth of one wall that lies by chance on the other wall's plane stays with its own wall),
+and takes that plane's depth and normal where it lies within `tolerance` of it (within `reach`, when larger: the
+gross errors too). The other pixels, and regions with no such plane, keep their maps. Regions with texture are
+left alone: there the matching is precise, and a plane would flatten curved surfaces (an object's F1 fell 1 pp
+when every region was fitted).
 
 Host-side (NumPy and OpenCV, in fusion's loader threads) for the CPU and the CUDA fusion alike, from a generator
 seeded by the view, so both fuse the same maps. The maps on disk are not changed.
@@ -33,7 +36,7 @@ class WeakPlanes:
     tolerance: float   # fraction: a depth within this of the plane's is an inlier
     min_share: float   # fraction of the region's depths a plane must hold
     min_area: float    # fraction of the image's pixels: regions with fewer depths are left alone
-    reach: float = 0.0  # fraction: a depth on no plane takes its nearest plane's within this of it (0: none do)
+    reach: float = 0.0  # fraction: a depth on no plane takes the plane voted around it within this (0: none do)
 
 
 def weak_planes_of(cfg) -> WeakPlanes | None:
@@ -100,10 +103,10 @@ def weak_regions(grey_std: np.ndarray, texture: float) -> tuple[int, np.ndarray]
 
 def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, grey_std: np.ndarray, K: np.ndarray,
                      params: WeakPlanes, seed: int) -> int:
-    """Set the depths and normals of each weakly textured region's plane inliers to the plane's, in place
-    (depth [H, W] float32, 0 = none; normal [H, W, 3] camera frame; grey_std [H, W]: the 11x11 grey-level
-    standard deviation), each onto the plane holding most depths around it in the image; with params.reach >
-    the tolerance also the region's other depths within `reach` of that plane's. Returns the pixels changed."""
+    """Put each weakly textured region's depths onto its planes, in place (depth [H, W] float32, 0 = none; normal
+    [H, W, 3] camera frame; grey_std [H, W]: the 11x11 grey-level standard deviation): a depth goes to the plane
+    holding most of the region's depths around it and takes that plane's depth and normal where it lies within the
+    tolerance of it (within params.reach, when larger). Returns the pixels changed."""
     rng = np.random.default_rng(seed)
     min_pixels = max(3, int(round(params.min_area * depth.size)))
     count, labels = weak_regions(grey_std, params.texture)
