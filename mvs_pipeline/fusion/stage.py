@@ -444,6 +444,8 @@ def finish_outputs(out_dir: Path, cfg: FusionConfig, backend: str, scene: Scene,
     ignored = ignored_pixels(counts)
     if any(ignored.values()):   # what the pixel filters took, so that a user can tell which one to loosen
         log.info("fusion: pixels ignored: %s", ", ".join(f"{v:,} {k}" for k, v in ignored.items()))
+    if counts.get("planar_pixels"):   # fusion.weak_planes: the depths it put onto a weakly textured region's plane
+        log.info("fusion: %s depths of weakly textured regions put onto their planes", f"{counts['planar_pixels']:,}")
     log.info("fusion: %d points from %d reference views -> %s", counts["points"], counts.get("reference_views", 0),
              ply_path)
     return counts
@@ -486,6 +488,7 @@ def record_counts(ctx, counts: dict) -> None:
     ctx.counts["fusion_pixels"] = counts.get("valid_pixels", 0)
     ctx.counts["fused_points"] = counts.get("points", 0)
     ctx.counts["fusion_ignored_pixels"] = ignored_pixels(counts)
+    ctx.counts["fusion_planar_pixels"] = counts.get("planar_pixels", 0)   # fusion.weak_planes
     if counts.get("gpu_peak_bytes") is not None:
         ctx.counts["fusion_gpu_peak_bytes"] = counts["gpu_peak_bytes"]
     if "cluster" in counts:

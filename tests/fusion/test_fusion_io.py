@@ -325,6 +325,8 @@ def test_run_json_says_how_many_pixels_each_filter_ignored(tmp_path):
                    for f in (out / "stereo" / "depth_maps").glob("*.geometric.bin"))
     assert ignored["speckle"] == expected >= 4 and ignored["masked"] == 0
     assert ignored == {k: record[f"{k}_pixels"] for k in ("masked", "textureless", "speckle", "halo")}
+    planar = json.loads((out / "run.json").read_text())["counts"]["fusion_planar_pixels"]
+    assert planar == record["planar_pixels"] >= 0   # fusion.weak_planes' count (textured images here: few or none)
 
 
 def test_cli_fusion_is_redone_on_new_settings_or_new_maps(tmp_path):
