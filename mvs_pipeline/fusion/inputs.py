@@ -250,7 +250,8 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     if weak_planes is not None:
         fx, fy, cx, cy = inp.intrinsics
         K = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
-        planar = snap_weak_planes(depth, normal, local_grey_std(bgr), K, weak_planes, seed=inp.view_idx)
+        planar = snap_weak_planes(depth, normal, low_texture(bgr, weak_planes.texture), K, weak_planes,
+                                  seed=inp.view_idx)
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:

@@ -341,8 +341,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     once the gate says its maps are in their files."""
     cfg = resolve_config(cfg, scene, selection)
     stats = {} if stats is None else stats
-    stats.update(valid_pixels=0, reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0, planar_pixels=0,
-                 **{f"{k}_pixels": 0 for k in IGNORED_KINDS})
+    stats.update(reloads=0, points=0, load_seconds=0.0, load_wait_seconds=0.0, **{k: 0 for k in PIXEL_COUNTS})
     inputs, map_type = fusion_inputs(cfg, scene, selection, stereo_dir, gate)
     stats["map_type"] = map_type
     stats["views_with_maps"] = sum(inp is not None for inp in inputs)

@@ -86,31 +86,38 @@ def fit_plane(u, v, d, tolerance: float, rng) -> tuple[np.ndarray | None, np.nda
     score = rng.choice(n, SCORE_PIXELS, replace=False) if n > SCORE_PIXELS else np.arange(n)
     plane_inv = coefs @ design[score].T   # [k, S] inverse depths of every hypothesis at the scored pixels
     ds = d[score]
-    with np.errstate(divide="ignore"):
-        counts = np.count_nonzero(np.abs(ds - 1.0 / plane_inv) <= tolerance * ds, axis=1)   # behind: inf, no
+    with np.errstate(divide="ignore"):   # a plane behind the camera: a negative or infinite depth, never within
+        counts = np.count_nonzero(np.abs(ds - 1.0 / plane_inv) <= tolerance * ds, axis=1)
     best = int(np.argmax(counts))
     if counts[best] < 3:
         return None, None
     inl = _inliers(coefs[best], u, v, d, tolerance)
-    coef, *_ = np.linalg.lstsq(design[inl], inv[inl], rcond=None)
+    coef = _least_squares(u[inl], v[inl], d[inl])
     return coef, _inliers(coef, u, v, d, tolerance)
 
 
-def weak_regions(grey_std: np.ndarray, texture: float) -> tuple[int, np.ndarray]:
-    """(count, [H, W] int32 labels) of the 4-connected regions where grey_std < texture (label 0: the rest)."""
-    count, labels = cv2.connectedComponents((grey_std < texture).astype(np.uint8), connectivity=4, ltype=cv2.CV_32S)
+def _least_squares(u, v, d) -> np.ndarray:
+    """coef of the plane 1/z = coef . (u, v, 1) closest to the depths d at (u, v) in inverse depth."""
+    coef, *_ = np.linalg.lstsq(np.stack([u, v, np.ones_like(u)], axis=1), 1.0 / d, rcond=None)
+    return coef
+
+
+def weak_regions(weak: np.ndarray) -> tuple[int, np.ndarray]:
+    """(count, [H, W] int32 labels) of the 4-connected regions of the [H, W] bool `weak` (label 0: the rest)."""
+    count, labels = cv2.connectedComponents(weak.view(np.uint8), connectivity=4, ltype=cv2.CV_32S)
     return count, labels
 
 
-def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, grey_std: np.ndarray, K: np.ndarray,
+def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, weak: np.ndarray, K: np.ndarray,
                      params: WeakPlanes, seed: int) -> int:
     """Put each weakly textured region's depths onto its planes, in place (depth [H, W] float32, 0 = none; normal
-    [H, W, 3] camera frame; grey_std [H, W]: the 11x11 grey-level standard deviation): a depth goes to the plane
+    [H, W, 3] camera frame; weak [H, W] bool: the 11x11 grey-level standard deviation below params.texture,
+    fusion.inputs.low_texture): a depth goes to the plane
     holding most of the region's depths around it and takes that plane's depth and normal where it lies within the
     tolerance of it (within params.reach, when larger). Returns the pixels changed."""
     rng = np.random.default_rng(seed)
     min_pixels = max(3, int(round(params.min_area * depth.size)))
-    count, labels = weak_regions(grey_std, params.texture)
+    count, labels = weak_regions(weak)
     if count <= 1:
         return 0
     ys, xs = np.nonzero((labels > 0) & (depth > 0))
@@ -178,11 +185,10 @@ def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: f
         u, v = _centres(y[mine], x[mine])
         d = depth[y[mine], x[mine]].astype(np.float64)
         if len(planes) > 1:   # refitted on its inliers on its own side (the other wall's near the crease left out)
-            own = np.abs(d - plane_depth(coef, u, v)) <= tolerance * d
+            own = _inliers(coef, u, v, d, tolerance)
             if np.count_nonzero(own) >= 3:
-                coef, *_ = np.linalg.lstsq(np.stack([u[own], v[own], np.ones(np.count_nonzero(own))], 1),
-                                           1.0 / d[own], rcond=None)
-        near = np.abs(d - plane_depth(coef, u, v)) <= reach * d
+                coef = _least_squares(u[own], v[own], d[own])
+        near = _inliers(coef, u, v, d, reach)
         _snap(depth, normal, y[mine][near], x[mine][near], coef, K)
         changed += int(np.count_nonzero(near))
     return changed

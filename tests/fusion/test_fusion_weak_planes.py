@@ -15,6 +15,7 @@ from tests.fusion.fusion_scene import arc_poses, intrinsics, make_scene, plane_m
 
 W, H = 96, 72
 PARAMS = WeakPlanes(texture=4.0, tolerance=0.03, min_share=0.4, min_area=0.0025)
+ALL_WEAK = np.ones((H, W), bool)   # every pixel's grey-level spread below the texture threshold
 
 
 def _tilted_wall():
@@ -62,13 +63,13 @@ def test_a_weak_wall_is_put_on_its_plane_and_its_gross_errors_left():
     rng = np.random.default_rng(2)
     d, n, gross = _corrupt(depth, normal, rng)
     d0 = d.copy()
-    snapped = snap_weak_planes(d, n, np.zeros((H, W), np.float32), K, PARAMS, seed=0)
+    snapped = snap_weak_planes(d, n, ALL_WEAK, K, PARAMS, seed=0)
     assert snapped == int((~gross).sum())   # every depth within 3 % of the plane, none of the others
     np.testing.assert_allclose(d[~gross], depth[~gross], rtol=0.003)
     np.testing.assert_allclose(n[~gross], normal[~gross], atol=0.005)
     np.testing.assert_array_equal(d[gross], d0[gross])   # gross errors keep their depths (fusion's rules judge them)
     d2, n2 = d0.copy(), _corrupt(depth, normal, np.random.default_rng(2))[1]
-    snap_weak_planes(d2, n2, np.zeros((H, W), np.float32), K, PARAMS, seed=0)
+    snap_weak_planes(d2, n2, ALL_WEAK, K, PARAMS, seed=0)
     np.testing.assert_array_equal(d2, d)   # the seed decides the draws: the CPU and CUDA fusions see one map
 
 
@@ -88,7 +89,7 @@ def test_what_is_left_alone(case):
     else:
         d = (depth * np.exp(rng.uniform(-1, 1, depth.shape))).astype(np.float32)   # no plane holds 40 %
     before = d.copy(), n.copy()
-    assert snap_weak_planes(d, n, std, K, params, seed=0) == 0
+    assert snap_weak_planes(d, n, std < params.texture, K, params, seed=0) == 0
     np.testing.assert_array_equal(d, before[0])
     np.testing.assert_array_equal(n, before[1])
 
@@ -181,7 +182,7 @@ def test_reach_puts_a_regions_gross_errors_on_the_nearest_plane():
     counts = {}
     for reach in (0.0, 0.25, float("inf")):
         dd, nn = d.copy(), n.copy()
-        counts[reach] = snap_weak_planes(dd, nn, np.zeros((H, W), np.float32), K,
+        counts[reach] = snap_weak_planes(dd, nn, ALL_WEAK, K,
                                          WeakPlanes(4.0, 0.03, 0.3, 0.0025, reach), seed=0)
         on_wall = np.abs(dd - depth) <= 0.01 * depth   # the wall's plane, within the 1 % noise
         assert on_wall[~gross & away].all()
