@@ -58,7 +58,9 @@ class FusionConfig:
     # thresholds"): one agreeing neighbour, 30 degrees and at most one free-space violation gave the
     # best F1 at 2 cm on every synthetic scene of the quality suite; DTU scan 24 trades 0.5 pp mask
     # precision for coverage.
-    max_normal_angle: float = field(default=30.0, metadata=meta(
+    # 10 since session 33 (H200 full suite with weak_planes, same maps): accuracy at 2 cm +3-6 pp on every
+    # scene for at most 1.3 pp F1, DTU's mask precision 0.945 -> 0.960 at coverage 0.996 (docs/decisions.md)
+    max_normal_angle: float = field(default=10.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
     # 1, not auto: auto's 2 on scenes of 40+ views (fewer points) has no F1 measurement yet
     min_consistent: int | Literal["auto"] = field(default=1, metadata=meta(
@@ -127,7 +129,9 @@ class FusionConfig:
         "with weak_planes: a depth within this fraction of the plane's depth lies on it", "fraction", (0.001, 0.5)))
     weak_plane_min_share: float = field(default=0.4, metadata=meta(
         "with weak_planes: a plane must hold this share of its region's depths", "fraction", (0.05, 1.0)))
-    weak_plane_reach: float | None = field(default=0.0, metadata=meta(
+    # 0.3 since session 33 (H200 full suite, with the 10 degree angle): rooms' F1 +0.4-2.3 pp, objects,
+    # courtyards and DTU unchanged; Sceaux's sky checked separately (docs/decisions.md)
+    weak_plane_reach: float | None = field(default=0.3, metadata=meta(
         "with weak_planes: a depth of a region on none of its planes (a gross error) takes the plane whose "
         "depths are nearest to it in the image where within this fraction of that plane's depth (0 = such depths "
         "are left to fusion's rules; null = at any distance)", "fraction", (0.0, 1000.0)))
