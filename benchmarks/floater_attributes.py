@@ -155,6 +155,8 @@ def attribute_table(attrs: dict, judged: np.ndarray, floater: np.ndarray, names=
     for name in names:
         v = attrs[name]
         ok = judged & np.isfinite(v)
+        if not ok.any():   # e.g. geo_shift of a run without its pass maps (depth.keep_pass_maps false)
+            continue
         edges = np.unique(np.quantile(v[ok], np.linspace(0, 1, bins + 1)))
         cells = []
         for lo, hi in zip(edges[:-1], edges[1:]):
