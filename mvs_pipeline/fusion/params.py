@@ -59,7 +59,7 @@ class FusionConfig:
     # best F1 at 2 cm on every synthetic scene of the quality suite; DTU scan 24 trades 0.5 pp mask
     # precision for coverage.
     # 10 since session 33 (H200 full suite with weak_planes, same maps): accuracy at 2 cm +0.5-6.4 pp on every
-    # scene (rooms +3.7-6.4) for at most 0.8 pp F1, DTU's mask precision 0.945 -> 0.961 at coverage 0.996; the
+    # scene (rooms +3.1-6.4) for at most 0.8 pp F1, DTU's mask precision 0.945 -> 0.961 at coverage 0.996; the
     # price: rough ground in real photos thins (Sceaux's lawn and gravel -7 pp; docs/decisions.md)
     max_normal_angle: float = field(default=10.0, metadata=meta(
         "largest angle between the reference and neighbour normals for agreement", "degrees", (0.0, 180.0)))
