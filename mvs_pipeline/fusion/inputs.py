@@ -186,14 +186,21 @@ def local_grey_std(bgr: np.ndarray, window: int = TEXTURE_WINDOW) -> np.ndarray:
 
 
 def low_texture(bgr: np.ndarray, min_texture: float, window: int = TEXTURE_WINDOW) -> np.ndarray:
-    """[H, W] bool: `local_grey_std(bgr, window) < min_texture`, without its float64 images.
+    """[H, W] bool: `local_grey_std(bgr, window) < min_texture`, without its float64 images (low_textures)."""
+    return low_textures(bgr, (min_texture,), window)[0]
+
+
+def low_textures(bgr: np.ndarray, thresholds, window: int = TEXTURE_WINDOW) -> list[np.ndarray]:
+    """[H, W] bool `local_grey_std(bgr, window) < t` for each t of thresholds, the window sums computed once (fusion's
+    min_texture and weak_plane_texture masks of one view).
     That standard deviation is float32(sqrt(s)) / n of the integer s = n * sum(x^2) - sum(x)^2 and does not
-    fall as s grows, so it is below min_texture exactly where s is below the least integer at which it
+    fall as s grows, so it is below a threshold exactly where s is below the least integer at which it
     is not (_spread_threshold): s in int32 (exact below 2^31, to a 13 px window) and one comparison,
     2.7 ms on a 1024x768 view against 12-15 ms for the float64 standard deviation (one CPU core)."""
     n = window * window
     if n * n * 255 * 255 >= 2**31:
-        return local_grey_std(bgr, window) < min_texture
+        std = local_grey_std(bgr, window)
+        return [std < t for t in thresholds]
     grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
     sums = cv2.boxFilter(grey, cv2.CV_32S, (window, window), normalize=False)
     # squares by table (uint16) and NumPy's int32 arithmetic in place: OpenCV's int32 multiply
@@ -201,7 +208,7 @@ def low_texture(bgr: np.ndarray, min_texture: float, window: int = TEXTURE_WINDO
     spread = cv2.boxFilter(cv2.LUT(grey, _SQUARES), cv2.CV_32S, (window, window), normalize=False)
     np.multiply(spread, np.int32(n), out=spread)
     np.subtract(spread, np.multiply(sums, sums, out=sums), out=spread)   # n^2 * variance
-    return spread < np.int32(_spread_threshold(float(min_texture), n))
+    return [spread < np.int32(_spread_threshold(float(t), n)) for t in thresholds]
 
 
 _SQUARES = (np.arange(256) ** 2).astype(np.uint16)
@@ -246,12 +253,14 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
         raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
     _check_size(inp.image_path, "image", bgr.shape, inp)
     color = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    # the min_texture and weak-plane masks from one pass over the image's window sums
+    thresholds = ([min_texture] if min_texture > 0 else []) + ([weak_planes.texture] if weak_planes else [])
+    masks = low_textures(bgr, thresholds) if thresholds else []
     planar = 0
     if weak_planes is not None:
         fx, fy, cx, cy = inp.intrinsics
         K = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
-        planar = snap_weak_planes(depth, normal, low_texture(bgr, weak_planes.texture), K, weak_planes,
-                                  seed=inp.view_idx)
+        planar = snap_weak_planes(depth, normal, masks[-1], K, weak_planes, seed=inp.view_idx)
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
@@ -260,7 +269,7 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
         masked = int(np.count_nonzero(ignore))
     textureless = 0
     if min_texture > 0:
-        flat = low_texture(bgr, min_texture) & (blocked == 0)
+        flat = masks[0] & (blocked == 0)
         _block(blocked, flat)
         textureless = int(np.count_nonzero(flat))
     speckles = 0

@@ -13,7 +13,7 @@ import pytest
 from mvs_pipeline.fusion import halo, halo_edge, inputs
 from mvs_pipeline.fusion.halo import near_background, window_corners, window_sums
 from mvs_pipeline.fusion.halo_edge import near_open_background, open_regions
-from mvs_pipeline.fusion.inputs import ViewInputs, load_view, local_grey_std, low_texture
+from mvs_pipeline.fusion.inputs import ViewInputs, load_view, local_grey_std, low_texture, low_textures
 from mvs_pipeline.io.colmap_maps import write_depth_map, write_normal_map
 
 # ---- the earlier formulas --------------------------------------------------------------------------------
@@ -142,8 +142,11 @@ def test_low_texture_is_the_standard_deviation_below_the_threshold(seed):
         for window in (3, 11, 13, 15):   # 15: past int32, the float64 formula itself
             std = local_grey_std(bgr, window)
             ties = [float(v) for v in np.unique(std)[::7][:12]]   # thresholds equal to values that occur
-            for t in [1.0, 0.5, 3.0, 0.1, 1e-3, 100.0, 127.5, 255.0, 1e-12] + ties:
+            thresholds = [1.0, 0.5, 3.0, 0.1, 1e-3, 100.0, 127.5, 255.0, 1e-12] + ties
+            for t in thresholds:
                 np.testing.assert_array_equal(low_texture(bgr, t, window), old_low_texture(bgr, t, window))
+            for t, mask in zip(thresholds, low_textures(bgr, thresholds, window), strict=True):   # one pass, many
+                np.testing.assert_array_equal(mask, old_low_texture(bgr, t, window))
 
 
 def test_spread_threshold_is_where_the_standard_deviation_reaches_the_threshold():
