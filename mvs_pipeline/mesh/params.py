@@ -54,7 +54,7 @@ class MeshConfig:
     # 1.60 M at 10, 3.44 M at 11; Open3D's solve 20.4 s at 10 and 72.6 s at 11, accuracy / F1 at 2 cm
     # 0.954 / 0.958 (9), 0.969 / 0.966 (10), 0.981 / 0.969 (11), the cloud 0.995 / 0.959. Depth 10 meets
     # #39's goals; 11 costs 3.6x for +0.003 F1. 3 M keeps depth 10 for up to ~1.9x this surface.
-    poisson_max_points: int | None = field(default=3_000_000, metadata=meta(
+    poisson_max_points: int | None = field(default=4_500_000, metadata=meta(
         "with poisson_depth null: the depth is lowered until the cloud pooled to half an octree cell has at "
         "most this many points (the solve's time grows with them; null = no cap)", "points", (1000, 10**10)))
     # 1.5, measured (CPU, one Poisson solve trimmed at k cells; accuracy / completeness / F1 at 2 cm):
@@ -66,7 +66,7 @@ class MeshConfig:
     # courtyard's cell 3.4-4 cm, where 3 cells kept 10-12 cm of filled-in sheet (H200: mesh accuracy 0.884
     # against the cloud's 0.937, #39's missing goal). The object trims at 3 spacings (6.3 mm) with this:
     # 0.978 / 0.766 / 0.859 (bench_poisson.py --trim-cells). docs/decisions.md.
-    trim_cells: float = field(default=1.5, metadata=meta(
+    trim_cells: float = field(default=1.0, metadata=meta(
         "remove Poisson vertices farther from every (pooled) fused point than this many octree cells, or "
         "trim_spacings point spacings where that is farther: the sheets Poisson fills across holes and "
         "around the scene", "cells", (0.5, 1000.0)))
