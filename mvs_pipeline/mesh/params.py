@@ -53,7 +53,11 @@ class MeshConfig:
     # rule asks for depth 13, clamped to 12, where nothing is pooled) pooled to 0.49 M points at depth 9,
     # 1.60 M at 10, 3.44 M at 11; Open3D's solve 20.4 s at 10 and 72.6 s at 11, accuracy / F1 at 2 cm
     # 0.954 / 0.958 (9), 0.969 / 0.966 (10), 0.981 / 0.969 (11), the cloud 0.995 / 0.959. Depth 10 meets
-    # #39's goals; 11 costs 3.6x for +0.003 F1. 3 M keeps depth 10 for up to ~1.9x this surface.
+    # #39's goals; 11 costs 3.6x for +0.003 F1. 4.5 M since session 34: real maps are noisier than
+    # ground-truth ones, and the courtyard's real cloud (6.9 M points, seeds 103 and 113) needs depth 12
+    # (4.47 / 4.31 M pooled points) for a mesh accuracy >= 0.95 at 2 cm (H200: 0.957 / 0.956, F1 0.878 /
+    # 0.876 against the clouds' 0.892 / 0.890; solve ~88 s on 16 cores, 12 s at the old cap's 11); the
+    # 40 x 3200x2130 cloud (65 M points) stays at depth 10 (20.2 s). docs/decisions.md.
     poisson_max_points: int | None = field(default=4_500_000, metadata=meta(
         "with poisson_depth null: the depth is lowered until the cloud pooled to half an octree cell has at "
         "most this many points (the solve's time grows with them; null = no cap)", "points", (1000, 10**10)))
@@ -65,7 +69,9 @@ class MeshConfig:
     # 0.981 / 0.753 / 0.852, 2 -> 0.980 / 0.763 / 0.858, 3 -> 0.974 / 0.773 / 0.862. The depth cap makes a
     # courtyard's cell 3.4-4 cm, where 3 cells kept 10-12 cm of filled-in sheet (H200: mesh accuracy 0.884
     # against the cloud's 0.937, #39's missing goal). The object trims at 3 spacings (6.3 mm) with this:
-    # 0.978 / 0.766 / 0.859 (bench_poisson.py --trim-cells). docs/decisions.md.
+    # 0.978 / 0.766 / 0.859 (bench_poisson.py --trim-cells). 1 since session 34, with depth 12 (cell
+    # 0.97 cm) on the real courtyard: 1 -> 0.957 / 0.874, 1.15 -> 0.952 / 0.882, 1.5 -> 0.942 / 0.892
+    # (CPU maps, cloud 0.952 / 0.892); the object trims at its 3 spacings either way. docs/decisions.md.
     trim_cells: float = field(default=1.0, metadata=meta(
         "remove Poisson vertices farther from every (pooled) fused point than this many octree cells, or "
         "trim_spacings point spacings where that is farther: the sheets Poisson fills across holes and "

@@ -104,7 +104,7 @@ def rule_depth(cloud: PointCloud, cell_spacings: float, max_points: int | None =
 
 
 def poisson_mesh(cloud: PointCloud, *, depth: int | None = None, cell_spacings: float = 1.5,
-                 trim_cells: float = 1.5, trim_spacings: float = 3.0, spacing: float | None = None,
+                 trim_cells: float = 1.0, trim_spacings: float = 3.0, spacing: float | None = None,
                  threads: int = -1, backend: str = "cpu", solver: str = "open3d",
                  max_points: int | None = None, memory_budget: int | None = None,
                  closing=None) -> tuple[TriangleMesh, dict]:
