@@ -9,6 +9,7 @@ import pytest
 from mvs_pipeline.errors import MVSError
 from mvs_pipeline.io.point_cloud import PointCloud
 from mvs_pipeline.mesh.poisson import SCALE, capped_depth, choose_depth, octree_points, poisson_mesh
+from mvs_pipeline.mesh.params import MeshConfig
 
 
 def sphere_cloud(n: int, radius: float = 0.5, cap: float | None = None, seed: int = 0) -> PointCloud:
@@ -135,11 +136,12 @@ def test_the_trim_distance_is_the_farther_of_cells_and_spacings():
     """A coarse octree (a capped or explicit low depth) trims at trim_cells cells, a fine one over sparse points
     at trim_spacings point spacings: random points leave gaps of several spacings on covered surface."""
     cloud = sphere_cloud(20000)
-    coarse, c = poisson_mesh(cloud, depth=6)
-    assert 1.5 * c["mesh_poisson_cell"] > 3 * c["mesh_point_spacing"]
-    assert c["mesh_trim_distance"] == pytest.approx(1.5 * c["mesh_poisson_cell"], rel=1e-4)
-    fine, f = poisson_mesh(cloud, depth=9)
-    assert 3 * f["mesh_point_spacing"] > 1.5 * f["mesh_poisson_cell"]
+    cells = MeshConfig().trim_cells   # the default (1 since session 34)
+    coarse, c = poisson_mesh(cloud, depth=5, trim_cells=cells)
+    assert cells * c["mesh_poisson_cell"] > 3 * c["mesh_point_spacing"]
+    assert c["mesh_trim_distance"] == pytest.approx(cells * c["mesh_poisson_cell"], rel=1e-4)
+    fine, f = poisson_mesh(cloud, depth=9, trim_cells=cells)
+    assert 3 * f["mesh_point_spacing"] > cells * f["mesh_poisson_cell"]
     assert f["mesh_trim_distance"] == pytest.approx(3 * f["mesh_point_spacing"], rel=1e-4)
     for mesh in (coarse, fine):   # either way the covered sphere keeps its area
         assert abs(mesh.area() - np.pi) < 0.05 * np.pi
