@@ -46,6 +46,7 @@ from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior, start_maps
 from .patchmatch import PatchMatchProblem, run_patchmatch
+from .patchmatch.detail_restore import weak_texture
 from .patchmatch.problem import overlap_fractions
 from .scale_ops.ops import jbu_upsample, postfilter_depth
 from .writer import MapWriter
@@ -80,20 +81,21 @@ def build_problem(scene: Scene, sel: ViewSelection, ref: int, images: GreyImageC
 
 def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass,
                  previous: DepthPass | None, maps: MapCache, problem: PatchMatchProblem, backend: str,
-                 prof: "Profile", device_cache=None) -> float | None:
+                 prof: "Profile", device_cache=None) -> tuple[float | None, object]:
     """Fill in the problem's prior and source depth maps for this pass; returns the detail
-    restorer's margin (None: no restorer). `device_cache` (GPU): the TextureCache that also keeps
-    the reference images on the device, used as the upsampling guide."""
+    restorer's margin (None: no restorer) and the pixels it may restore (None: all; else the
+    weakly textured ones, depth.detail_texture). `device_cache` (GPU): the TextureCache that also
+    keeps the reference images on the device, used as the upsampling guide."""
     name = scene.views[ref].name
     if previous is None:
-        return None
+        return None, None
     what = f"image '{name}' ({previous.id})"
     prev_size = view_size(scene, ref, previous.scale)
     prev_depth = maps.depth(previous.map_path("depth", name), prev_size[::-1], what)
     prev_normal = maps.normal(previous.map_path("normal", name), prev_size[::-1], what)
     if pss.planar:
         _planar_inputs(cfg, scene, sel, ref, previous, maps, problem, prev_depth, prev_normal, backend, prof)
-        return None
+        return None, None
     if pss.kind == "photometric":   # a finer scale: upsample the coarser scale's last maps
         prof.stop("read_maps")
         d = cfg.depth
@@ -101,8 +103,11 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
         problem.init_depth, problem.init_normal = jbu_upsample(
             prev_depth, prev_normal, guide, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")
+        restore_only = None   # the weak-texture mask, timed with the upsampling
+        if d.detail_margin is not None and d.detail_texture is not None:
+            restore_only = weak_texture(guide, d.detail_texture)
         prof.stop("upsample")
-        return d.detail_margin
+        return d.detail_margin, restore_only
     problem.init_depth, problem.init_normal = prev_depth, prev_normal
     problem.src_depths = [
         maps.depth(previous.map_path("depth", scene.views[s].name), view_size(scene, s, pss.scale)[::-1],
@@ -110,7 +115,7 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
         for s in sel.neighbors[ref]]
     problem.src_depth_keys = [("depth", previous.index, s) for s in sel.neighbors[ref]]
     prof.stop("read_maps")
-    return None
+    return None, None
 
 
 def _planar_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, previous: DepthPass, maps: MapCache,
@@ -331,11 +336,12 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
     prof.start()
     problem = build_problem(scene, sel, ref, caches.images, pss.scale)
     prof.stop("read_images")
-    margin = _pass_inputs(cfg, scene, sel, ref, pss, previous, caches.maps, problem, backend, prof, caches.textures)
+    margin, restore_only = _pass_inputs(cfg, scene, sel, ref, pss, previous, caches.maps, problem, backend, prof,
+                                        caches.textures)
     seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
     timings, memory = {}, {}
     result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
-                            timings=timings, memory=memory, texture_cache=caches.textures, keep_on_device=on_gpu)
+                            restore_only=restore_only, timings=timings, memory=memory, texture_cache=caches.textures, keep_on_device=on_gpu)
     prof.stop("patchmatch")
     prof.add_solver(pss.kind, timings, memory)
     depth = result.depth

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..gpu.loader import import_cupy
 from .patchmatch import run_patchmatch
+from .patchmatch.detail_restore import weak_texture
 from .patchmatch.toy_scene import make_toy_scene
 from .scale_ops.ops import jbu_upsample, postfilter_depth
 
@@ -36,4 +38,9 @@ def warm_up_solver(cfg, num_sources: int, backend: str) -> None:
         geometric.depth[::2, ::2].copy(), geometric.normal[::2, ::2].copy(), problem.ref_image, radius=d.jbu_radius,
         sigma_spatial=d.jbu_sigma_spatial, sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=on_gpu)
     problem.src_depths = None
-    run_patchmatch(problem, params, backend=backend, seed=0, restore_margin=d.detail_margin, keep_on_device=on_gpu)
+    restore_only = None   # depth.detail_texture's mask: CuPy compiles its kernels here too
+    if d.detail_margin is not None and d.detail_texture is not None:
+        guide = import_cupy().asarray(problem.ref_image) if on_gpu else problem.ref_image
+        restore_only = weak_texture(guide, d.detail_texture)
+    run_patchmatch(problem, params, backend=backend, seed=0, restore_margin=d.detail_margin, restore_only=restore_only,
+                   keep_on_device=on_gpu)

@@ -23,14 +23,15 @@ log = logging.getLogger(__name__)
 
 def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None = None,
                    backend: str = "auto", seed: int = 0, restore_margin: float | None = None,
-                   timings: dict | None = None, memory: dict | None = None, texture_cache=None,
+                   restore_only=None, timings: dict | None = None, memory: dict | None = None, texture_cache=None,
                    keep_on_device: bool = False) -> PatchMatchResult:
     """Validate `problem` and `params`, then run PatchMatch on the resolved backend.
 
     A problem with `src_depths` runs a geometric pass (photometric + weighted reprojection
     error); one with `planar_prior` adds the planar prior penalty to every hypothesis.
     `restore_margin` (with a prior in init_depth) turns on ACMM's detail restorer: a pixel keeps
-    its refined hypothesis only if it beats the prior's cost by more than the margin.
+    its refined hypothesis only if it beats the prior's cost by more than the margin; `restore_only`
+    ([H, W] bool, NumPy or CuPy; None = everywhere) limits that to its pixels (depth.detail_texture).
     `timings` / `memory` (GPU only) receive the solver's per-phase times (ms) and device memory use;
     `texture_cache` (GPU only, cuda.TextureCache) keeps source textures across calls
     for problems that carry src_keys / src_depth_keys / ref_key; `keep_on_device` (GPU only)
@@ -45,7 +46,8 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     if which == "cuda":
         from .cuda_solver import solve_cuda  # noqa: PLC0415
 
-        return solve_cuda(clean, params, seed, restore_margin=restore_margin, timings=timings, memory=memory,
+        return solve_cuda(clean, params, seed, restore_margin=restore_margin, restore_only=restore_only,
+                          timings=timings, memory=memory,
                           texture_cache=texture_cache, keep_on_device=keep_on_device)
     from .cpu_solver import solve_cpu  # noqa: PLC0415
 
@@ -57,7 +59,9 @@ def run_patchmatch(problem: PatchMatchProblem, params: PatchMatchParams | None =
     if on_gpu(clean.planar_prior):
         clean.planar_prior = clean.planar_prior.get()
 
-    return solve_cpu(clean, params, seed, restore_margin=restore_margin)
+    if on_gpu(restore_only):
+        restore_only = restore_only.get()
+    return solve_cpu(clean, params, seed, restore_margin=restore_margin, restore_only=restore_only)
 
 
 __all__ = ["PatchMatchParams", "PatchMatchProblem", "PatchMatchResult", "run_patchmatch", "validate_problem",

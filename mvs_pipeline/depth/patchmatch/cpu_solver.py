@@ -13,7 +13,7 @@ from .problem import PatchMatchProblem, PatchMatchResult, source_matrices
 
 
 def solve_cpu(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
-              restore_margin: float | None = None) -> PatchMatchResult:
+              restore_margin: float | None = None, restore_only: np.ndarray | None = None) -> PatchMatchResult:
     """Run PatchMatch on a validated problem with the Numba backend (see run_patchmatch)."""
     H, W = problem.shape
     S = problem.num_sources
@@ -42,7 +42,8 @@ def solve_cpu(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 
     if restore_margin is not None and has_prior and params.iterations > 0:
         prior_cost = np.empty((H, W), np.float32)
         cpu.score_all(problem.ref_image, srcs, sizes, K_inv, M, e, geo, f, i, prior_plane, weights, prior_cost)
-        restore_details(plane, cost, prior_plane, prior_cost, problem.init_depth > 0, restore_margin)
+        restorable = problem.init_depth > 0 if restore_only is None else (problem.init_depth > 0) & restore_only
+        restore_details(plane, cost, prior_plane, prior_cost, restorable, restore_margin)
     return PatchMatchResult(depth=np.ascontiguousarray(plane[..., 3]),
                             normal=np.ascontiguousarray(plane[..., :3]),
                             cost=cost, selected_views=selected)

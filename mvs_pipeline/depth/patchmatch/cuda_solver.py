@@ -35,7 +35,8 @@ def resolve_timings(timings: dict) -> None:
 
 def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 0,
                block_y: int = kpm.BLOCK_Y, timings: dict | None = None, memory: dict | None = None,
-               restore_margin: float | None = None, texture_cache=None, keep_on_device: bool = False
+               restore_margin: float | None = None, restore_only=None, texture_cache=None,
+               keep_on_device: bool = False
                ) -> PatchMatchResult:
     """Run PatchMatch on a validated problem on the current GPU.
 
@@ -102,7 +103,8 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
         if restore_margin is not None and prior_plane is not None and params.iterations > 0:
             prior_cost = cp.empty((H, W), dtype=cp.float32)
             kpm.launch_score(dev, options, f, i, prior_plane, weights, prior_cost)
-            restore_details(plane, cost, prior_plane, prior_cost, init_depth > 0, restore_margin)
+            restorable = init_depth > 0 if restore_only is None else (init_depth > 0) & cp.asarray(restore_only)
+            restore_details(plane, cost, prior_plane, prior_cost, restorable, restore_margin)
             mark("restore")
         if timings is not None and not keep_on_device:
             events[-1][1].synchronize()

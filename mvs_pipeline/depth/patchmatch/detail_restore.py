@@ -7,6 +7,9 @@ import numpy as np
 
 from mvs_pipeline.gpu.loader import import_cupy, on_gpu
 
+# the texture window of depth.detail_texture: 11x11 px at the pass's scale, as fusion.min_texture's
+TEXTURE_RADIUS = 5
+
 
 def restore_details(plane, cost, prior_plane, prior_cost, has_prior, margin: float) -> None:
     """ACMM's detail restorer, in place: where a prior (upsampled) hypothesis exists, the refined
@@ -17,3 +20,24 @@ def restore_details(plane, cost, prior_plane, prior_cost, has_prior, margin: flo
     # copyto, not mask indexing: on the GPU that would wait for the kernels to count the mask
     xp.copyto(plane, prior_plane, where=revert[..., None])
     xp.copyto(cost, prior_cost, where=revert)
+
+
+def weak_texture(image, threshold: float, radius: int = TEXTURE_RADIUS):
+    """[H, W] bool: pixels whose (2 radius + 1)^2 window of `image` (grey levels; mirrored at the
+    border without repeating the edge, OpenCV's default) has a standard deviation below `threshold`.
+    NumPy or CuPy, as the image is: integral images in float64, so both backends give the same
+    mask but at a std within rounding of the threshold."""
+    xp = import_cupy() if on_gpu(image) else np
+    # mirrored, not clipped: at the coarse scales (80x60 px) the border is a sixth of the image, and
+    # clipped windows gave the CPU room 2 pp less F1 (BENCHMARKS.md, "The detail restorer")
+    g = xp.pad(xp.asarray(image, dtype=xp.float64), radius, mode="reflect")
+    k = 2 * radius + 1
+
+    def window_sums(a):
+        c = xp.zeros((a.shape[0] + 1, a.shape[1] + 1), xp.float64)
+        c[1:, 1:] = a.cumsum(0).cumsum(1)
+        return c[k:, k:] - c[:-k, k:] - c[k:, :-k] + c[:-k, :-k]
+
+    mean = window_sums(g) / (k * k)
+    var = window_sums(g * g) / (k * k) - mean * mean
+    return var < threshold * threshold
