@@ -46,7 +46,7 @@ from .pass_files import finish_pass, remove_markers
 from .passes import DepthPass, filter_median_on, pending_per_pass, plan_passes, scaled_K, scaled_size
 from .planar_prior import PriorSettings, SourceMaps, build_planar_prior, start_maps
 from .patchmatch import PatchMatchProblem, run_patchmatch
-from .patchmatch.detail_restore import weak_texture
+from .patchmatch.detail_restore import restore_mask
 from .patchmatch.problem import overlap_fractions
 from .scale_ops.ops import jbu_upsample, postfilter_depth
 from .writer import MapWriter
@@ -103,9 +103,7 @@ def _pass_inputs(cfg, scene: Scene, sel: ViewSelection, ref: int, pss: DepthPass
         problem.init_depth, problem.init_normal = jbu_upsample(
             prev_depth, prev_normal, guide, radius=d.jbu_radius, sigma_spatial=d.jbu_sigma_spatial,
             sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=backend == "cuda")
-        restore_only = None   # the weak-texture mask, timed with the upsampling
-        if d.detail_margin is not None and d.detail_texture is not None:
-            restore_only = weak_texture(guide, d.detail_texture)
+        restore_only = restore_mask(guide, d.detail_margin, d.detail_texture)   # timed with the upsampling
         prof.stop("upsample")
         return d.detail_margin, restore_only
     problem.init_depth, problem.init_normal = prev_depth, prev_normal
@@ -341,7 +339,8 @@ def compute_view(cfg, scene: Scene, sel: ViewSelection, ref: int, passes: list[D
     seed = (cfg.seed + ref + 7919 * pss.index) & 0x7FFFFFFF
     timings, memory = {}, {}
     result = run_patchmatch(problem, cfg.patchmatch, backend=backend, seed=seed, restore_margin=margin,
-                            restore_only=restore_only, timings=timings, memory=memory, texture_cache=caches.textures, keep_on_device=on_gpu)
+                            restore_only=restore_only, timings=timings, memory=memory, texture_cache=caches.textures,
+                            keep_on_device=on_gpu)
     prof.stop("patchmatch")
     prof.add_solver(pss.kind, timings, memory)
     depth = result.depth

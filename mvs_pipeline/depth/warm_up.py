@@ -13,7 +13,7 @@ import dataclasses
 
 from ..gpu.loader import import_cupy
 from .patchmatch import run_patchmatch
-from .patchmatch.detail_restore import weak_texture
+from .patchmatch.detail_restore import restore_mask
 from .patchmatch.toy_scene import make_toy_scene
 from .scale_ops.ops import jbu_upsample, postfilter_depth
 
@@ -38,9 +38,8 @@ def warm_up_solver(cfg, num_sources: int, backend: str) -> None:
         geometric.depth[::2, ::2].copy(), geometric.normal[::2, ::2].copy(), problem.ref_image, radius=d.jbu_radius,
         sigma_spatial=d.jbu_sigma_spatial, sigma_range=d.jbu_sigma_range, backend=backend, keep_on_device=on_gpu)
     problem.src_depths = None
-    restore_only = None   # depth.detail_texture's mask: CuPy compiles its kernels here too
-    if d.detail_margin is not None and d.detail_texture is not None:
-        guide = import_cupy().asarray(problem.ref_image) if on_gpu else problem.ref_image
-        restore_only = weak_texture(guide, d.detail_texture)
+    # depth.detail_texture's mask: CuPy compiles its kernels here too
+    guide = import_cupy().asarray(problem.ref_image) if on_gpu and d.detail_texture is not None else problem.ref_image
+    restore_only = restore_mask(guide, d.detail_margin, d.detail_texture)
     run_patchmatch(problem, params, backend=backend, seed=0, restore_margin=d.detail_margin, restore_only=restore_only,
                    keep_on_device=on_gpu)

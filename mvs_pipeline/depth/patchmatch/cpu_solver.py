@@ -42,8 +42,7 @@ def solve_cpu(problem: PatchMatchProblem, params: PatchMatchParams, seed: int = 
     if restore_margin is not None and has_prior and params.iterations > 0:
         prior_cost = np.empty((H, W), np.float32)
         cpu.score_all(problem.ref_image, srcs, sizes, K_inv, M, e, geo, f, i, prior_plane, weights, prior_cost)
-        restorable = problem.init_depth > 0 if restore_only is None else (problem.init_depth > 0) & restore_only
-        restore_details(plane, cost, prior_plane, prior_cost, restorable, restore_margin)
+        restore_details(plane, cost, prior_plane, prior_cost, problem.init_depth > 0, restore_margin, restore_only)
     return PatchMatchResult(depth=np.ascontiguousarray(plane[..., 3]),
                             normal=np.ascontiguousarray(plane[..., :3]),
                             cost=cost, selected_views=selected)

@@ -103,8 +103,7 @@ def solve_cuda(problem: PatchMatchProblem, params: PatchMatchParams, seed: int =
         if restore_margin is not None and prior_plane is not None and params.iterations > 0:
             prior_cost = cp.empty((H, W), dtype=cp.float32)
             kpm.launch_score(dev, options, f, i, prior_plane, weights, prior_cost)
-            restorable = init_depth > 0 if restore_only is None else (init_depth > 0) & cp.asarray(restore_only)
-            restore_details(plane, cost, prior_plane, prior_cost, restorable, restore_margin)
+            restore_details(plane, cost, prior_plane, prior_cost, init_depth > 0, restore_margin, restore_only)
             mark("restore")
         if timings is not None and not keep_on_device:
             events[-1][1].synchronize()

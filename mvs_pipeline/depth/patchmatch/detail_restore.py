@@ -11,15 +11,26 @@ from mvs_pipeline.gpu.loader import import_cupy, on_gpu
 TEXTURE_RADIUS = 5
 
 
-def restore_details(plane, cost, prior_plane, prior_cost, has_prior, margin: float) -> None:
+def restore_details(plane, cost, prior_plane, prior_cost, has_prior, margin: float, only=None) -> None:
     """ACMM's detail restorer, in place: where a prior (upsampled) hypothesis exists, the refined
     one is kept only if its cost beats the prior's by more than `margin` under the same view
-    weights; otherwise the prior comes back. Shared by both backends (NumPy or CuPy arrays)."""
+    weights; otherwise the prior comes back. `only` ([H, W] bool, None = everywhere): the pixels
+    the prior may come back to (restore_mask). Shared by both backends (NumPy or CuPy arrays)."""
     xp = import_cupy() if on_gpu(plane) else np
     revert = has_prior & ~(cost < prior_cost - margin)
+    if only is not None:
+        revert &= xp.asarray(only)
     # copyto, not mask indexing: on the GPU that would wait for the kernels to count the mask
     xp.copyto(plane, prior_plane, where=revert[..., None])
     xp.copyto(cost, prior_cost, where=revert)
+
+
+def restore_mask(guide, margin: float | None, texture: float | None):
+    """The restorer's `only` for depth.detail_margin / detail_texture on a pass's reference image
+    `guide` (NumPy or CuPy): None where there is no restorer or no texture limit."""
+    if margin is None or texture is None:
+        return None
+    return weak_texture(guide, texture)
 
 
 def weak_texture(image, threshold: float, radius: int = TEXTURE_RADIUS):
