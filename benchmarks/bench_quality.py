@@ -248,13 +248,18 @@ def main(argv=None) -> int:
     ap.add_argument("--fusion-variant", action="append", default=[], metavar="LABEL=ARGS",
                     help="per synthetic row, also fuse its maps again with these run arguments (e.g. "
                          "'planes=--set fusion.weak_planes=true'; repeatable): a row each, same depth maps")
+    ap.add_argument("--only", default="", help="comma-separated parts of scene names (e.g. room_seen_20,courtyard): "
+                    "only the suite's scenes whose name holds one (to redo part of a suite)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     extra = args.args.split()
     variants = tuple((v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.fusion_variant)
     rows = []
     t0 = time.perf_counter()
+    only = [part for part in args.only.split(",") if part]
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
+        if only and not any(part in "{}_{}x{}x{}_s{}".format(*spec) for part in only):
+            continue
         meshes = () if args.mesh == "none" else tuple(m for m in args.mesh.split(",") if m)
         rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes,
                                   variants=variants))

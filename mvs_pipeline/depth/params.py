@@ -90,11 +90,12 @@ class DepthConfig:
     detail_margin: float | None = field(default=0.3, metadata=meta(
         "detail restorer: at a finer scale a pixel leaves its upsampled hypothesis only if the new one's "
         "photometric cost is lower by more than this (null = always take the new one)", "cost", (0.0, 2.0)))
-    # Measured on the CPU (session 34; H200 not yet): 4 on room_seen 14 x 320x240 accuracy / F1 @2 cm
-    # 0.943 / 0.752 -> 0.970 / 0.782, object 10 x 320x240 0.984 / 0.859 -> 0.987 / 0.868; restoring
-    # nowhere (detail_margin null) 0.972 / 0.634 and 0.986 / 0.869: walls need the coarse scale's
-    # planes, textured outlines their own fine estimate. Off until the suite, DTU and Sceaux are run.
-    detail_texture: float | None = field(default=None, metadata=meta(
+    # 4 measured on the H200 (session 35, full suite, accuracy / F1 @2 cm against null): room_seen
+    # 640x480 0.851 / 0.783 -> 0.885 / 0.811, room_seen 320x240 0.943 / 0.748 -> 0.969 / 0.761, objects
+    # +1.0 / +0.2 pp F1, courtyards unchanged (one scale at 800 px); DTU without masks 0.961 -> 0.957
+    # precision, Sceaux no new sky, depth time unchanged. Restoring nowhere (detail_margin null) loses
+    # the walls (CPU room 0.634): walls need the coarse scale's planes, textured outlines their own estimate.
+    detail_texture: float | None = field(default=4.0, metadata=meta(
         "detail restorer only on weak texture: the upsampled hypothesis may come back only where the "
         "reference image's 11x11 std (at the pass's scale) is below this; textured pixels keep the finer "
         "scale's estimate (null = everywhere, ACMM)", "grey levels", (0.0, 255.0)))
