@@ -135,7 +135,7 @@ pm_init(const float* __restrict__ ref, int W, int H, const unsigned long long* _
     GlobalRef gref;
     gref.img = ref; gref.width = W; gref.height = H;
     RefWindow win;
-    ref_window(gref, x, y, p.sigma_spatial, p.sigma_color, win);
+    ref_window(gref, x, y, p, win);
     float cvec[PM_MAX_VIEWS];
     view_costs(win, gref, src, x, y, n, depth, nullptr, cvec);
     unsigned int mask;
@@ -168,7 +168,7 @@ pm_propagate(const float* __restrict__ ref, int W, int H, const unsigned long lo
 #else
     RefWindow win;
 #endif
-    ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
+    ref_window(tref, x, y, p, win);
     int cand[PM_NUM_CANDIDATES];
     find_candidates(cost, W, H, x, y, cand);
     float cmat[PM_NUM_CANDIDATES][PM_MAX_VIEWS];
@@ -307,7 +307,7 @@ pm_refine(const float* __restrict__ ref, int W, int H, const unsigned long long*
         const float4 cur = plane[pix];
         SharedRefWindow<PM_BLOCK_THREADS> win;
         win.base = rw_smem + t;
-        ref_window(tref, x, y, p.sigma_spatial, p.sigma_color, win);
+        ref_window(tref, x, y, p, win);
         win_stats[t] = win.mean;
         win_stats[PM_BLOCK_THREADS + t] = win.var;
         win_stats[2 * PM_BLOCK_THREADS + t] = win.centre;
@@ -417,7 +417,7 @@ pm_score(const float* __restrict__ ref, int W, int H, const unsigned long long* 
     GlobalRef gref;
     gref.img = ref; gref.width = W; gref.height = H;
     RefWindow win;
-    ref_window(gref, x, y, p.sigma_spatial, p.sigma_color, win);
+    ref_window(gref, x, y, p, win);
     float cvec[PM_MAX_VIEWS];
     const float4 h = planes[pix];
     view_costs(win, gref, src, x, y, make_float3(h.x, h.y, h.z), h.w, wts, cvec);
@@ -446,7 +446,7 @@ extern "C" __global__ void pm_debug_view_costs(const float* __restrict__ ref, in
     GlobalRef gref;
     gref.img = ref; gref.width = W; gref.height = H;
     RefWindow win;
-    ref_window(gref, px.x, px.y, p.sigma_spatial, p.sigma_color, win);
+    ref_window(gref, px.x, px.y, p, win);
     float cvec[PM_MAX_VIEWS];
     const float4 h = planes[j];
     view_costs(win, gref, src, px.x, px.y, make_float3(h.x, h.y, h.z), h.w, nullptr, cvec);

@@ -45,11 +45,34 @@ struct SharedRefWindow {
     __device__ __forceinline__ void set_w(int k, float v) { base[k * STRIDE] = v; }
 };
 
-template <class Ref, class Win>
-__device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, float sigma_spatial, float sigma_color,
-                                           Win& win) {
+// Unweighted variance of the window's samples (grey levels squared): whether the window is weakly
+// textured (patchmatch.sigma_color_weak; CPU twin window_variance).
+template <class Ref>
+__device__ __forceinline__ float window_variance(const Ref& ref, int x, int y) {
     const float centre = ref(x, y);
-    const float inv_s = 1.0f / (2.0f * sigma_spatial * sigma_spatial);
+    float s = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int r = 0; r < PM_SAMPLES_PER_ROW; ++r) {
+#pragma unroll
+        for (int c = 0; c < PM_SAMPLES_PER_ROW; ++c) {
+            const float val = ref(x - PM_WINDOW_RADIUS + c * PM_WINDOW_STEP, y - PM_WINDOW_RADIUS + r * PM_WINDOW_STEP)
+                              - centre;
+            s += val;
+            s2 += val * val;
+        }
+    }
+    const float n = (float)(PM_SAMPLES_PER_ROW * PM_SAMPLES_PER_ROW);
+    const float mean = s / n;
+    return s2 / n - mean * mean;
+}
+
+// sigma_color, or sigma_color_weak in a weakly textured window (weak_texture_var < 0: never)
+template <class Ref, class Win>
+__device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, const PMParams& p, Win& win) {
+    const float centre = ref(x, y);
+    const float sigma_color = (p.weak_texture_var > 0.0f && window_variance(ref, x, y) < p.weak_texture_var)
+                                  ? p.sigma_color_weak : p.sigma_color;
+    const float inv_s = 1.0f / (2.0f * p.sigma_spatial * p.sigma_spatial);
     const float inv_c = 1.0f / (2.0f * sigma_color * sigma_color);
     float wsum = 0.0f;
 #pragma unroll

@@ -72,10 +72,17 @@ def _room_scores(scene: Path, run: Path) -> tuple[float, float]:
     return wall_ok / wall_n, all_ok / all_n
 
 
+# ACMM's one colour sigma in both runs: the test is about the pyramid and the geometric passes. The
+# default's second sigma for weakly textured windows (patchmatch.sigma_color_weak 1) gives this CPU
+# room's walls 0.167 within 2 cm instead of 0.180 and its fused cloud F1 0.294 instead of 0.276
+# (BENCHMARKS.md, "A second colour sigma"): it trades wall pixels for what survives fusion.
+ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null"]
+
+
 def _room_gain(synth_scene_factory, tmp_path, backend, width, height):
     scene = synth_scene_factory("room", views=10, width=width, height=height)
-    single = _room_scores(scene, _run(scene, tmp_path / "single", backend, SINGLE))
-    acmm = _room_scores(scene, _run(scene, tmp_path / "acmm", backend, ["-c", "small"]))
+    single = _room_scores(scene, _run(scene, tmp_path / "single", backend, SINGLE + ACMM_SIGMA))
+    acmm = _room_scores(scene, _run(scene, tmp_path / "acmm", backend, ["-c", "small", *ACMM_SIGMA]))
     print(f"room {width}x{height} [{backend}] within 2 cm: walls {single[0]:.3f} -> {acmm[0]:.3f}, "
           f"all {single[1]:.3f} -> {acmm[1]:.3f}")
     assert acmm[0] >= single[0] + 0.15

@@ -16,10 +16,10 @@ NUM_CANDIDATES = 8
 # PMParams by `pack_params`).
 F_SIGMA_SPATIAL, F_SIGMA_COLOR, F_DEPTH_MIN, F_DEPTH_MAX, F_GOOD_TAU, F_BAD, F_GOOD_SIGMA, \
     F_FALLBACK_SIGMA, F_PRIOR_SEL, F_PRIOR_UNSEL, F_PERTURB, F_GEOM_WEIGHT, F_GEOM_CAP, \
-    F_PLANAR_WEIGHT, F_PLANAR_DEPTH_COEF, F_PLANAR_ANGLE_COEF = range(16)
+    F_PLANAR_WEIGHT, F_PLANAR_DEPTH_COEF, F_PLANAR_ANGLE_COEF, F_SIGMA_COLOR_WEAK, F_WEAK_TEXTURE_VAR = range(18)
 I_RADIUS, I_STEP, I_TOP_K, I_MIN_GOOD, I_MAX_BAD, I_SAMPLES, I_NUM_REFINE, I_INV_DEPTH, I_SEED, \
     I_ITER, I_GEOM, I_PLANAR = range(12)
-NUM_FPARAMS, NUM_IPARAMS = 16, 12
+NUM_FPARAMS, NUM_IPARAMS = 18, 12
 
 # RNG pass ids: init is pass 0; iteration k, colour c uses 1 + 4k + 2c (propagate) and
 # 2 + 4k + 2c (refine). Draw ids within a pass are fixed per use (see each function).

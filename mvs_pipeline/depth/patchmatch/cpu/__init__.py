@@ -47,7 +47,9 @@ from ..layout import (
     F_PRIOR_SEL,
     F_PRIOR_UNSEL,
     F_SIGMA_COLOR,
+    F_SIGMA_COLOR_WEAK,
     F_SIGMA_SPATIAL,
+    F_WEAK_TEXTURE_VAR,
     I_GEOM,
     I_INV_DEPTH,
     I_ITER,
@@ -75,6 +77,7 @@ from .cost import (
     view_costs,
     weighted_view_cost,
     window_cost,
+    window_variance,
 )
 from .debug import debug_candidates, debug_select_views, debug_view_costs
 from .drivers import init_all, propagate_color, refine_color, score_all, window_len
@@ -88,12 +91,13 @@ from .view_selection import find_candidates, select_views, weighted_cost
 __all__ = [
     "COST_MAX", "F_BAD", "F_DEPTH_MAX", "F_DEPTH_MIN", "F_FALLBACK_SIGMA", "F_GEOM_CAP", "F_GEOM_WEIGHT",
     "F_GOOD_SIGMA", "F_GOOD_TAU", "F_PERTURB", "F_PLANAR_ANGLE_COEF", "F_PLANAR_DEPTH_COEF", "F_PLANAR_WEIGHT",
-    "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR", "F_SIGMA_SPATIAL", "I_GEOM", "I_INV_DEPTH", "I_ITER",
+    "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR", "F_SIGMA_COLOR_WEAK", "F_SIGMA_SPATIAL", "F_WEAK_TEXTURE_VAR", "I_GEOM", "I_INV_DEPTH", "I_ITER",
     "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE", "I_PLANAR", "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K",
     "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS", "NUM_IPARAMS", "PASS_INIT", "debug_candidates",
     "debug_select_views", "debug_view_costs", "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash",
     "perturb_normal", "pixel_ray", "planar_penalty", "plane_vector", "propagate_color", "propagate_pass",
     "propagate_pixel", "random_depth", "random_normal", "ref_window", "refine_color", "refine_pass", "refine_pixel",
     "rng_u32", "rng_uniform", "row_coefficients", "sample_bilinear", "score_all", "select_views", "source_cost",
-    "top_k_cost", "transfer_depth", "view_costs", "weighted_cost", "weighted_view_cost", "window_cost", "window_len"
+    "top_k_cost", "transfer_depth", "view_costs", "weighted_cost", "weighted_view_cost", "window_cost",
+    "window_variance", "window_len"
 ]

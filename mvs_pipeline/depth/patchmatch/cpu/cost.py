@@ -6,22 +6,50 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
-from ..layout import COST_MAX, F_GEOM_CAP, F_GEOM_WEIGHT, I_GEOM, I_RADIUS, I_STEP, MIN_VAR
+from ..layout import (COST_MAX, F_GEOM_CAP, F_GEOM_WEIGHT, F_SIGMA_COLOR, F_SIGMA_COLOR_WEAK, F_SIGMA_SPATIAL,
+                      F_WEAK_TEXTURE_VAR, I_GEOM, I_RADIUS, I_STEP, MIN_VAR)
 from .geometry import pixel_ray
 
 
 @njit(cache=True)
-def ref_window(ref, x, y, radius, step, sigma_spatial, sigma_color, rv, rw):
+def window_variance(ref, x, y, radius, step):
+    """Unweighted variance of the reference window's samples (border pixels repeated), in float32
+    sums as the kernels take it (grey levels squared)."""
+    H, W = ref.shape
+    centre = ref[y, x]
+    s = np.float32(0.0)
+    s2 = np.float32(0.0)
+    n = 0
+    for dy in range(-radius, radius + 1, step):
+        yy = min(max(y + dy, 0), H - 1)
+        for dx in range(-radius, radius + 1, step):
+            xx = min(max(x + dx, 0), W - 1)
+            val = np.float32(ref[yy, xx] - centre)
+            s += val
+            s2 += val * val
+            n += 1
+    mean = s / np.float32(n)
+    return s2 / np.float32(n) - mean * mean
+
+
+@njit(cache=True)
+def ref_window(ref, x, y, radius, step, fparams, rv, rw):
     """Fill rv (values minus the centre pixel's) and rw (bilateral weights, summing to 1).
 
     Returns (weighted mean of rv, weighted variance of rv). ACMM's weight form:
     exp(-|d| / (2 sigma_s^2) - |I - I_centre| / (2 sigma_c^2)) with |d| the Euclidean offset.
-    Samples off the reference image repeat its border pixels.
+    Samples off the reference image repeat its border pixels. sigma_c is F_SIGMA_COLOR, or
+    F_SIGMA_COLOR_WEAK where the samples' (unweighted) variance is below F_WEAK_TEXTURE_VAR.
     """
     H, W = ref.shape
     centre = ref[y, x]
+    sigma_spatial = fparams[F_SIGMA_SPATIAL]
+    sigma_color = fparams[F_SIGMA_COLOR]
+    if fparams[F_WEAK_TEXTURE_VAR] > 0.0 and window_variance(ref, x, y, radius, step) < fparams[F_WEAK_TEXTURE_VAR]:
+        sigma_color = fparams[F_SIGMA_COLOR_WEAK]
     inv_s = 1.0 / (2.0 * sigma_spatial * sigma_spatial)
     inv_c = 1.0 / (2.0 * sigma_color * sigma_color)
     k = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..layout import F_SIGMA_COLOR, F_SIGMA_SPATIAL, I_RADIUS, I_SEED, I_STEP, NUM_CANDIDATES
+from ..layout import I_RADIUS, I_SEED, I_STEP, NUM_CANDIDATES
 from .cost import ref_window, view_costs
 from .drivers import window_len
 from .view_selection import find_candidates, select_views
@@ -25,8 +25,7 @@ def debug_view_costs(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pixel
         Hm = np.empty((3, 3))
         ones = np.ones(S, dtype=np.uint8)
         x, y = pixels[j, 0], pixels[j, 1]
-        mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP], fparams[F_SIGMA_SPATIAL],
-                                   fparams[F_SIGMA_COLOR], rv, rw)
+        mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP], fparams, rv, rw)
         view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
                    planes[j, 0], planes[j, 1], planes[j, 2], planes[j, 3], ones, True, out[j], Hm)
 

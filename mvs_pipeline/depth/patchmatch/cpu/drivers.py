@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from ..layout import F_SIGMA_COLOR, F_SIGMA_SPATIAL, I_RADIUS, I_STEP, NUM_CANDIDATES
+from ..layout import I_RADIUS, I_STEP, NUM_CANDIDATES
 from .cost import ref_window, view_costs
 from .propagation import init_pixel, propagate_pixel
 from .refinement import refine_pixel
@@ -123,8 +123,7 @@ def _score_all(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, plane, weig
         for y in range(t, H, T):
             for x in range(W):
                 wts = weights_map[y, x]
-                mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP],
-                                           fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
+                mean_r, var_r = ref_window(ref, x, y, iparams[I_RADIUS], iparams[I_STEP], fparams, rv, rw)
                 view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams,
                            x, y, plane[y, x, 0], plane[y, x, 1], plane[y, x, 2], plane[y, x, 3], wts, False, cvec,
                            Hm)

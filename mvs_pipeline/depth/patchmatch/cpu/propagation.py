@@ -15,8 +15,6 @@ from ..layout import (
     F_DEPTH_MIN,
     F_PRIOR_SEL,
     F_PRIOR_UNSEL,
-    F_SIGMA_COLOR,
-    F_SIGMA_SPATIAL,
     I_INV_DEPTH,
     I_PLANAR,
     I_RADIUS,
@@ -61,7 +59,7 @@ def init_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, init_depth,
     plane[y, x, 1] = ny
     plane[y, x, 2] = nz
     plane[y, x, 3] = depth
-    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
+    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams, rv, rw)
     view_costs(rv, rw, mean_r, var_r, ref[y, x], srcs, sizes, K_inv, M, e, geo, fparams, iparams, x, y,
                nx, ny, nz, depth, ones, True, cvec, Hm)
     cost[y, x], selected[y, x] = top_k_cost(cvec, iparams[I_TOP_K])
@@ -97,7 +95,7 @@ def propagate_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_i
     S = srcs.shape[0]
     radius, step = iparams[I_RADIUS], iparams[I_STEP]
     dmin, dmax = fparams[F_DEPTH_MIN], fparams[F_DEPTH_MAX]
-    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
+    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams, rv, rw)
     centre = ref[y, x]
     find_candidates(cost, x, y, cand)
     for i in range(NUM_CANDIDATES):

@@ -10,8 +10,6 @@ from ..layout import (
     F_DEPTH_MAX,
     F_DEPTH_MIN,
     F_PERTURB,
-    F_SIGMA_COLOR,
-    F_SIGMA_SPATIAL,
     I_INV_DEPTH,
     I_NUM_REFINE,
     I_PLANAR,
@@ -52,7 +50,7 @@ def refine_pixel(ref, srcs, sizes, K_inv, M, e, geo, fparams, iparams, pass_id, 
     pnx, pny, pnz = perturb_normal(nx, ny, nz, rng_uniform(seed, pixel, pass_id, 4),
                                    rng_uniform(seed, pixel, pass_id, 5), rng_uniform(seed, pixel, pass_id, 6),
                                    pert, r0, r1, r2)
-    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams[F_SIGMA_SPATIAL], fparams[F_SIGMA_COLOR], rv, rw)
+    mean_r, var_r = ref_window(ref, x, y, radius, step, fparams, rv, rw)
     centre = ref[y, x]
     best_cost = cost[y, x]
     bnx, bny, bnz, bd = nx, ny, nz, depth

@@ -1,0 +1,132 @@
+"""patchmatch.sigma_color_weak: a second bilateral colour sigma for windows whose own samples are
+nearly flat (their std below patchmatch.weak_texture). The CPU twin's costs against a NumPy
+reference written from the definition, the solver's limits (every window weak = that sigma
+everywhere, none = sigma_color), and the CUDA kernels against the twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mvs_pipeline.depth.patchmatch import PatchMatchParams, PatchMatchProblem, cpu, run_patchmatch
+from mvs_pipeline.depth.patchmatch.packing import geometry_arrays, pack_params, padded_sources
+from mvs_pipeline.depth.patchmatch.problem import source_matrices, validate_problem
+from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
+from mvs_pipeline.depth.patchmatch.window import window_offsets
+
+
+def _half_flat_image(rng, h=30, w=40):
+    """Left half: a wall (100 grey levels + noise of std 1); right half: texture (std ~74)."""
+    image = rng.uniform(0, 255, (h, w))
+    image[:, : w // 2] = 100 + rng.normal(0, 1.0, (h, w // 2))
+    return image.astype(np.float32)
+
+
+def _weights_ref(ref, x, y, params):
+    """The bilateral weights of the window at (x, y), from the definition (NumPy, float64)."""
+    offs = np.array(window_offsets(params.window_radius, params.window_step))
+    dx, dy = np.meshgrid(offs, offs)
+    H, W = ref.shape
+    vals = ref[np.clip(y + dy, 0, H - 1), np.clip(x + dx, 0, W - 1)].astype(np.float64)
+    sigma = params.sigma_color
+    if params.sigma_color_weak is not None and vals.std() < params.weak_texture:
+        sigma = params.sigma_color_weak
+    w = np.exp(-np.hypot(dx, dy) / (2 * params.sigma_spatial ** 2) - np.abs(vals - ref[y, x]) / (2 * sigma ** 2))
+    return (w / w.sum()).ravel(), vals.std()
+
+
+@pytest.mark.parametrize("weak", [None, 1.0])
+def test_twin_window_weights_follow_the_definition(weak):
+    rng = np.random.default_rng(11)
+    ref = _half_flat_image(rng)
+    params = PatchMatchParams(sigma_color_weak=weak, weak_texture=4.0)
+    f, _ = pack_params(params, _problem(ref), 0, 0)
+    n = len(window_offsets(5, 2)) ** 2
+    rv, rw = np.zeros(n), np.zeros(n)
+    stds = []
+    for y in range(0, 30, 3):
+        for x in range(0, 40, 3):
+            cpu.ref_window(ref, x, y, 5, 2, f, rv, rw)
+            want, std = _weights_ref(ref, x, y, params)
+            np.testing.assert_allclose(rw, want, rtol=1e-5, atol=1e-9)
+            stds.append(std)
+    stds = np.array(stds)
+    assert (stds < 4).sum() > 20 and (stds > 4).sum() > 20   # both kinds of window were checked
+
+
+def test_window_variance_is_the_samples_variance():
+    rng = np.random.default_rng(12)
+    ref = _half_flat_image(rng)
+    offs = np.array(window_offsets(5, 2))
+    dx, dy = np.meshgrid(offs, offs)
+    for x, y in ((0, 0), (5, 7), (19, 12), (20, 12), (39, 29)):
+        vals = ref[np.clip(y + dy, 0, 29), np.clip(x + dx, 0, 39)].astype(np.float64)
+        assert cpu.window_variance(ref, x, y, 5, 2) == pytest.approx(vals.var(), rel=1e-4, abs=1e-3)
+
+
+def _problem(ref):
+    K = np.array([[50.0, 0, 20], [0, 50.0, 15], [0, 0, 1]])
+    return PatchMatchProblem(ref_image=ref, src_images=[ref], K_ref=K, K_src=K[None], R_src_from_ref=np.eye(3)[None],
+                             t_src_from_ref=np.array([[0.1, 0, 0]]), depth_min=1.0, depth_max=10.0)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return make_toy_scene(96, 72, num_sources=4, seed=3)
+
+
+def _solve(problem, **kw):
+    res = run_patchmatch(problem, PatchMatchParams(iterations=1, **kw), backend="cpu", seed=5)
+    return res.depth, res.normal, res.cost
+
+
+def test_solver_limits(toy):
+    """A window's std never reaches 255 grey levels, so weak_texture 255 gives sigma_color_weak
+    everywhere, which is sigma_color set to it (no second sigma); no std is below 0, so 0 is
+    sigma_color's maps alone."""
+    everywhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=255.0)
+    plain = _solve(toy.problem, sigma_color=1.5, sigma_color_weak=None)
+    nowhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=0.0)
+    default = _solve(toy.problem, sigma_color_weak=None)
+    for a, b in zip(everywhere, plain):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(nowhere, default):
+        np.testing.assert_array_equal(a, b)
+    assert (everywhere[0] != default[0]).mean() > 0.1   # the second sigma changes the maps
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weak_texture", [25.0, 32.0])   # the toy scene's window stds: 21-37 (5-95 %)
+def test_view_costs_match_cpu_with_a_weak_sigma(cupy, weak_texture):
+    from mvs_pipeline.depth.patchmatch import cuda as kpm  # noqa: PLC0415
+
+    scene = make_toy_scene(160, 120, num_sources=5, seed=2)
+    params = PatchMatchParams(sigma_color_weak=1.0, weak_texture=weak_texture)
+    p = validate_problem(scene.problem)
+    K_inv, M, e = source_matrices(p)
+    dev = kpm.DeviceProblem(p, K_inv, M, e)
+    opts = kpm.compile_options(params.window_radius, params.window_step, p.num_sources)
+    rng = np.random.default_rng(3)
+    n = 4000
+    pixels = np.stack([rng.integers(0, 160, n), rng.integers(0, 120, n)], -1)
+    depth = scene.gt_depth[pixels[:, 1], pixels[:, 0]] * rng.uniform(0.9, 1.1, n)
+    normal = scene.gt_normal[pixels[:, 1], pixels[:, 0]] + rng.normal(0, 0.3, (n, 3))
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    rays = np.c_[pixels + 0.5, np.ones(n)] @ np.linalg.inv(p.K_ref).T
+    normal *= -np.sign((normal * rays).sum(1))[:, None]
+    planes = np.c_[normal, depth]
+    f, i = pack_params(params, p, 0, 0)
+    fd, id_ = kpm.device_params(f, i)
+    got = cupy.asnumpy(kpm.debug_view_costs(dev, opts, fd, id_, cupy.asarray(pixels.astype(np.int32)),
+                                            cupy.asarray(planes.astype(np.float32))))
+    srcs, sizes = padded_sources(p)
+    want = np.zeros_like(got, dtype=np.float64)
+    cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i,
+                         pixels.astype(np.int64), planes.astype(np.float64), want)
+    weak = np.array([cpu.window_variance(p.ref_image, x, y, 5, 2) < weak_texture ** 2 for x, y in pixels])
+    assert 0.05 < weak.mean() < 0.95, weak.mean()   # both sigmas in play
+    assert ((got == 2.0) != (want == 2.0)).mean() < 0.005
+    both = (got < 2.0) & (want < 2.0)
+    diff = np.abs(got[both] - want[both])
+    assert np.median(diff) < 2e-3 and np.percentile(diff, 99) < 0.02
+    dev.release()
