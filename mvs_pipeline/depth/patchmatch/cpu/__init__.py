@@ -91,8 +91,9 @@ from .view_selection import find_candidates, select_views, weighted_cost
 __all__ = [
     "COST_MAX", "F_BAD", "F_DEPTH_MAX", "F_DEPTH_MIN", "F_FALLBACK_SIGMA", "F_GEOM_CAP", "F_GEOM_WEIGHT",
     "F_GOOD_SIGMA", "F_GOOD_TAU", "F_PERTURB", "F_PLANAR_ANGLE_COEF", "F_PLANAR_DEPTH_COEF", "F_PLANAR_WEIGHT",
-    "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR", "F_SIGMA_COLOR_WEAK", "F_SIGMA_SPATIAL", "F_WEAK_TEXTURE_VAR", "I_GEOM", "I_INV_DEPTH", "I_ITER",
-    "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE", "I_PLANAR", "I_RADIUS", "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K",
+    "F_PRIOR_SEL", "F_PRIOR_UNSEL", "F_SIGMA_COLOR", "F_SIGMA_COLOR_WEAK", "F_SIGMA_SPATIAL", "F_WEAK_TEXTURE_VAR",
+    "I_GEOM", "I_INV_DEPTH", "I_ITER", "I_MAX_BAD", "I_MIN_GOOD", "I_NUM_REFINE", "I_PLANAR", "I_RADIUS",
+    "I_SAMPLES", "I_SEED", "I_STEP", "I_TOP_K",
     "MIN_VAR", "NUM_CANDIDATES", "NUM_FPARAMS", "NUM_IPARAMS", "PASS_INIT", "debug_candidates",
     "debug_select_views", "debug_view_costs", "find_candidates", "geom_cost", "init_all", "init_pixel", "pcg_hash",
     "perturb_normal", "pixel_ray", "planar_penalty", "plane_vector", "propagate_color", "propagate_pass",
