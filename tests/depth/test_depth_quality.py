@@ -72,10 +72,10 @@ def _room_scores(scene: Path, run: Path) -> tuple[float, float]:
     return wall_ok / wall_n, all_ok / all_n
 
 
-# ACMM's one colour sigma in both runs: the test is about the pyramid and the geometric passes. The
-# default's second sigma for weakly textured windows (patchmatch.sigma_color_weak 1) gives this CPU
-# room's walls 0.167 within 2 cm instead of 0.180 and its fused cloud F1 0.294 instead of 0.276
-# (BENCHMARKS.md, "A second colour sigma"): it trades wall pixels for what survives fusion.
+# ACMM's one colour sigma in both runs: the test is about the pyramid and the geometric passes. A
+# second sigma for weakly textured windows (patchmatch.sigma_color_weak 1) gives this CPU room's walls
+# 0.167 within 2 cm instead of 0.180 and its fused cloud F1 0.294 instead of 0.276 (BENCHMARKS.md,
+# "A second colour sigma"): it trades wall pixels for what survives fusion.
 ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null"]
 
 

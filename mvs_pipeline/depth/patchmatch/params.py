@@ -43,10 +43,10 @@ class PatchMatchParams:
         "bilateral weight: intensity scale, weight exp(-|dI|/(2 sigma^2)) on 0..255 grey", "grey levels", (0.1, 255.0)))
     # A small colour sigma everywhere lifted the 640x480 room_seen (F1 0.811 -> 0.856 at 1, H200) but broke
     # the textured objects (0.866 -> 0.556): a textured window's weights collapse onto a few pixels. So a
-    # second sigma for windows whose own samples are nearly flat: 1 below a std of 4 (H200, session 35):
-    # room_seen 320x240 / 640x480 F1 0.761 / 0.811 -> 0.792 / 0.831 at accuracy 0.975 / 0.916, objects
-    # +0.2 / +0.4 pp, the 640 room -0.4 pp, courtyard -0.1 pp; DTU without masks 0.9568 -> 0.9582.
-    sigma_color_weak: float | None = field(default=1.0, metadata=meta(
+    # second sigma for windows whose own samples are nearly flat: 1 below a std of 4 gave (H200, one seed)
+    # room_seen 320x240 / 640x480 F1 0.761 / 0.811 -> 0.792 / 0.831, objects +0.2 / +0.4 pp, but on the CPU
+    # room_seen 320 0.782 -> 0.776 (seed 0) and 0.780 -> 0.741 (seed 1): off until seeds are measured on the GPU.
+    sigma_color_weak: float | None = field(default=None, metadata=meta(
         "bilateral weight's intensity scale in weakly textured windows (the std of the window's own samples "
         "below weak_texture); null = sigma_color everywhere", "grey levels", (0.1, 255.0)))
     weak_texture: float = field(default=4.0, metadata=meta(
