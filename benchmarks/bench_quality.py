@@ -55,9 +55,14 @@ SUITES = {
 TOLERANCES = (0.01, 0.02, 0.05)
 
 
+def scene_name(kind: str, views: int, width: int, height: int, seed: int) -> str:
+    """A suite scene's name (its folder and its row): e.g. room_seen_14x320x240_s102."""
+    return f"{kind}_{views}x{width}x{height}_s{seed}"
+
+
 def synthetic_scene(root: Path, kind: str, views: int, width: int, height: int, seed: int) -> tuple[str, Path]:
     """(name, folder) of a suite scene under `root`, made with `mvs-pipeline synth` unless it exists."""
-    name = f"{kind}_{views}x{width}x{height}_s{seed}"
+    name = scene_name(kind, views, width, height, seed)
     scene = root / name
     if not (scene / "sparse").exists():
         mvs("synth", "--scene", kind, "--out", str(scene), "--views", str(views), "--width", str(width),
@@ -258,7 +263,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     only = [part for part in args.only.split(",") if part]
     for spec in [] if args.no_synthetic else SUITES[args.suite]:
-        if only and not any(part in "{}_{}x{}x{}_s{}".format(*spec) for part in only):
+        if only and not any(part in scene_name(*spec) for part in only):
             continue
         meshes = () if args.mesh == "none" else tuple(m for m in args.mesh.split(",") if m)
         rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes,

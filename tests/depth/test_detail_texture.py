@@ -77,14 +77,16 @@ def _final_depths(out) -> dict[str, bytes]:
 @pytest.mark.slow
 def test_the_stage_restores_everywhere_at_255_and_nowhere_at_0(synth_scene_factory, tmp_path):
     """Through the depth stage (two scales): every pixel's std is below 255 grey levels, so 255
-    gives the restorer everywhere's maps (null, ACMM) byte for byte; no std is below 0, so 0 gives detail_margin null's;
-    and those two differ (the restorer does something here)."""
+    gives the restorer everywhere's maps (null, ACMM) byte for byte; no std is below 0, so 0 gives
+    detail_margin null's; and those two differ (the restorer does something here)."""
     scene = synth_scene_factory("object", views=5, width=200, height=150)
     fast = ["--set", "backend=cpu", "--set", "depth.coarsest_max_size=100", "--set", "depth.geometric_passes=1",
             "--set", "patchmatch.iterations=1"]
     maps = {}
-    for label, extra in (("everywhere", ["--set", "depth.detail_texture=null"]), ("all", ["--set", "depth.detail_texture=255"]),
-                         ("none", ["--set", "depth.detail_texture=0"]), ("null", ["--set", "depth.detail_margin=null"])):
+    for label, extra in (("everywhere", ["--set", "depth.detail_texture=null"]),
+                         ("all", ["--set", "depth.detail_texture=255"]),
+                         ("none", ["--set", "depth.detail_texture=0"]),
+                         ("null", ["--set", "depth.detail_margin=null"])):
         out = tmp_path / label
         assert main(["-q", "run", str(scene), "-o", str(out), "--stages", "load,views,depth", *fast, *extra]) == 0
         maps[label] = _final_depths(out)

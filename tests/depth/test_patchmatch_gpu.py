@@ -68,9 +68,12 @@ def test_rng_identical(cupy):
     np.testing.assert_array_equal(cupy.asnumpy(uni).astype(np.float64), want_u)
 
 
-@pytest.mark.parametrize("radius,step", [(5, 2), (3, 1), (10, 2)])
-def test_view_costs_match_cpu(cupy, toy, radius, step):
-    params = PatchMatchParams(window_radius=radius, window_step=step)
+# the last two: patchmatch.sigma_color_weak in windows whose samples' std is below 25 / 32 grey
+# levels, about half the toy scene's windows (their stds: 21-37 at 5-95 %)
+@pytest.mark.parametrize("radius,step,weak,texture", [(5, 2, None, 4.0), (3, 1, None, 4.0), (10, 2, None, 4.0),
+                                                      (5, 2, 1.0, 25.0), (5, 2, 1.0, 32.0)])
+def test_view_costs_match_cpu(cupy, toy, radius, step, weak, texture):
+    params = PatchMatchParams(window_radius=radius, window_step=step, sigma_color_weak=weak, weak_texture=texture)
     p, dev, opts = _device(toy.problem, params)
     kpm = _kpm()
     rng = np.random.default_rng(1)
@@ -85,6 +88,9 @@ def test_view_costs_match_cpu(cupy, toy, radius, step):
     cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i, pixels.astype(np.int64),
                          planes.astype(np.float64), want)
     assert np.isfinite(got).all()
+    if weak is not None:   # both sigmas in play
+        flat = [cpu.window_variance(p.ref_image, x, y, radius, step) < texture ** 2 for x, y in pixels]
+        assert 0.05 < np.mean(flat) < 0.95, np.mean(flat)
     # the in/out decision may flip only for windows touching the source border (float32 corners)
     assert ((got == 2.0) != (want == 2.0)).mean() < 0.005
     both = (got < 2.0) & (want < 2.0)
