@@ -51,7 +51,8 @@ static_assert(PM_MAX_VIEWS >= 1 && PM_MAX_VIEWS <= 32, "selected_views is a 32-b
 struct PMParams {
     float sigma_spatial, sigma_color, depth_min, depth_max, good_tau, bad_threshold, good_sigma,
         fallback_sigma, prior_selected, prior_unselected, perturbation, geom_weight, geom_cap,
-        planar_weight, planar_depth_coef, planar_angle_coef, sigma_color_weak, weak_texture_var;
+        planar_weight, planar_depth_coef, planar_angle_coef, sigma_color_weak, weak_texture_var,
+        sigma_spatial_textured;
     int radius, step, top_k, min_good, max_bad, samples, num_refine, inverse_depth;
     unsigned int seed;
     int iteration, geom, planar;
@@ -64,7 +65,7 @@ __device__ __forceinline__ PMParams load_params(const float* __restrict__ f, con
     p.prior_selected = f[8]; p.prior_unselected = f[9]; p.perturbation = f[10];
     p.geom_weight = f[11]; p.geom_cap = f[12];
     p.planar_weight = f[13]; p.planar_depth_coef = f[14]; p.planar_angle_coef = f[15];
-    p.sigma_color_weak = f[16]; p.weak_texture_var = f[17];
+    p.sigma_color_weak = f[16]; p.weak_texture_var = f[17]; p.sigma_spatial_textured = f[18];
     p.radius = i[0]; p.step = i[1]; p.top_k = i[2]; p.min_good = i[3]; p.max_bad = i[4];
     p.samples = i[5]; p.num_refine = i[6]; p.inverse_depth = i[7]; p.seed = (unsigned int)i[8];
     p.iteration = i[9]; p.geom = i[10]; p.planar = i[11];

@@ -46,7 +46,7 @@ struct SharedRefWindow {
 };
 
 // Unweighted variance of the window's samples (grey levels squared): whether the window is weakly
-// textured (patchmatch.sigma_color_weak; CPU twin window_variance).
+// textured (patchmatch.sigma_color_weak / sigma_spatial_textured; CPU twin window_variance).
 template <class Ref>
 __device__ __forceinline__ float window_variance(const Ref& ref, int x, int y) {
     const float centre = ref(x, y);
@@ -66,13 +66,16 @@ __device__ __forceinline__ float window_variance(const Ref& ref, int x, int y) {
     return s2 / n - mean * mean;
 }
 
-// sigma_color, or sigma_color_weak in a weakly textured window (weak_texture_var < 0: never)
+// The sigmas by the window's texture: a weakly textured window (its samples' variance below
+// weak_texture_var; <= 0: none is) takes sigma_color_weak and sigma_spatial, a textured one sigma_color
+// and sigma_spatial_textured. pack_params sets each to the plain sigma where its key is null (CPU twin ref_window).
 template <class Ref, class Win>
 __device__ __forceinline__ void ref_window(const Ref& ref, int x, int y, const PMParams& p, Win& win) {
     const float centre = ref(x, y);
-    const float sigma_color = (p.weak_texture_var > 0.0f && window_variance(ref, x, y) < p.weak_texture_var)
-                                  ? p.sigma_color_weak : p.sigma_color;
-    const float inv_s = 1.0f / (2.0f * p.sigma_spatial * p.sigma_spatial);
+    const bool weak = p.weak_texture_var > 0.0f && window_variance(ref, x, y) < p.weak_texture_var;
+    const float sigma_color = weak ? p.sigma_color_weak : p.sigma_color;
+    const float sigma_spatial = weak ? p.sigma_spatial : p.sigma_spatial_textured;
+    const float inv_s = 1.0f / (2.0f * sigma_spatial * sigma_spatial);
     const float inv_c = 1.0f / (2.0f * sigma_color * sigma_color);
     float wsum = 0.0f;
 #pragma unroll

@@ -68,12 +68,15 @@ def test_rng_identical(cupy):
     np.testing.assert_array_equal(cupy.asnumpy(uni).astype(np.float64), want_u)
 
 
-# the last two: patchmatch.sigma_color_weak in windows whose samples' std is below 25 / 32 grey
-# levels, about half the toy scene's windows (their stds: 21-37 at 5-95 %)
-@pytest.mark.parametrize("radius,step,weak,texture", [(5, 2, None, 4.0), (3, 1, None, 4.0), (10, 2, None, 4.0),
-                                                      (5, 2, 1.0, 25.0), (5, 2, 1.0, 32.0)])
-def test_view_costs_match_cpu(cupy, toy, radius, step, weak, texture):
-    params = PatchMatchParams(window_radius=radius, window_step=step, sigma_color_weak=weak, weak_texture=texture)
+# the last three: sigmas by texture, patchmatch.sigma_color_weak in windows whose samples' std is below
+# 25 / 32 grey levels (about half the toy scene's windows: their stds are 21-37 at 5-95 %), and
+# sigma_spatial_textured in the others
+@pytest.mark.parametrize("radius,step,weak,textured,texture", [
+    (5, 2, None, None, 4.0), (3, 1, None, None, 4.0), (10, 2, None, None, 4.0),
+    (5, 2, 1.0, None, 25.0), (5, 2, 1.0, None, 32.0), (5, 2, 1.0, 1.2, 28.0), (5, 2, None, 1.2, 28.0)])
+def test_view_costs_match_cpu(cupy, toy, radius, step, weak, textured, texture):
+    params = PatchMatchParams(window_radius=radius, window_step=step, sigma_color_weak=weak,
+                              sigma_spatial_textured=textured, weak_texture=texture)
     p, dev, opts = _device(toy.problem, params)
     kpm = _kpm()
     rng = np.random.default_rng(1)
@@ -88,7 +91,7 @@ def test_view_costs_match_cpu(cupy, toy, radius, step, weak, texture):
     cpu.debug_view_costs(p.ref_image, srcs, sizes, K_inv, M, e, geometry_arrays(p, M, e), f, i, pixels.astype(np.int64),
                          planes.astype(np.float64), want)
     assert np.isfinite(got).all()
-    if weak is not None:   # both sigmas in play
+    if weak is not None or textured is not None:   # both kinds of window in play
         flat = [cpu.window_variance(p.ref_image, x, y, radius, step) < texture ** 2 for x, y in pixels]
         assert 0.05 < np.mean(flat) < 0.95, np.mean(flat)
     # the in/out decision may flip only for windows touching the source border (float32 corners)

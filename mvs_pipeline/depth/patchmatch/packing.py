@@ -34,10 +34,13 @@ def pack_params(params: PatchMatchParams, problem: PatchMatchProblem, iteration:
     f[layout.F_PLANAR_WEIGHT] = params.planar_prior_weight
     f[layout.F_PLANAR_DEPTH_COEF] = 1.0 / (2.0 * params.planar_prior_sigma_depth ** 2)
     f[layout.F_PLANAR_ANGLE_COEF] = 1.0 / np.deg2rad(params.planar_prior_sigma_angle) ** 2
-    # weakly textured windows: the samples' variance threshold (std squared; -1 = never, no second sigma)
+    # sigmas by the window's texture: the samples' variance threshold (std squared; -1 = no test, one pair
+    # of sigmas everywhere); a key left null gives its side the plain sigma
     weak = params.sigma_color_weak is not None
+    textured = params.sigma_spatial_textured is not None
     f[layout.F_SIGMA_COLOR_WEAK] = params.sigma_color_weak if weak else params.sigma_color
-    f[layout.F_WEAK_TEXTURE_VAR] = params.weak_texture ** 2 if weak else -1.0
+    f[layout.F_SIGMA_SPATIAL_TEXTURED] = params.sigma_spatial_textured if textured else params.sigma_spatial
+    f[layout.F_WEAK_TEXTURE_VAR] = params.weak_texture ** 2 if weak or textured else -1.0
     i = np.zeros(layout.NUM_IPARAMS, dtype=np.int64)
     i[layout.I_RADIUS] = params.window_radius
     i[layout.I_STEP] = params.window_step

@@ -49,9 +49,12 @@ class PatchMatchParams:
     sigma_color_weak: float | None = field(default=None, metadata=meta(
         "bilateral weight's intensity scale in weakly textured windows (the std of the window's own samples "
         "below weak_texture); null = sigma_color everywhere", "grey levels", (0.1, 255.0)))
+    sigma_spatial_textured: float | None = field(default=None, metadata=meta(
+        "bilateral weight's spatial scale in textured windows (the std of the window's own samples at or "
+        "above weak_texture); null = sigma_spatial everywhere", "px", (0.1, 100.0)))
     weak_texture: float = field(default=4.0, metadata=meta(
-        "a window is weakly textured (sigma_color_weak) while its samples' standard deviation is below this",
-        "grey levels", (0.0, 255.0)))
+        "a window is weakly textured (sigma_color_weak) while its samples' standard deviation is below this, "
+        "textured (sigma_spatial_textured) from it on", "grey levels", (0.0, 255.0)))
     iterations: int = field(default=3, metadata=meta(
         "red+black propagation/refinement iterations", "iterations", (0, 100)))
     init_inverse_depth: bool = field(default=False, metadata=meta(

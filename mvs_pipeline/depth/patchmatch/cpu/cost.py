@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from ..layout import (COST_MAX, F_GEOM_CAP, F_GEOM_WEIGHT, F_SIGMA_COLOR, F_SIGMA_COLOR_WEAK, F_SIGMA_SPATIAL,
-                      F_WEAK_TEXTURE_VAR, I_GEOM, I_RADIUS, I_STEP, MIN_VAR)
+                      F_SIGMA_SPATIAL_TEXTURED, F_WEAK_TEXTURE_VAR, I_GEOM, I_RADIUS, I_STEP, MIN_VAR)
 from .geometry import pixel_ray
 
 
@@ -41,15 +41,19 @@ def ref_window(ref, x, y, radius, step, fparams, rv, rw):
 
     Returns (weighted mean of rv, weighted variance of rv). ACMM's weight form:
     exp(-|d| / (2 sigma_s^2) - |I - I_centre| / (2 sigma_c^2)) with |d| the Euclidean offset.
-    Samples off the reference image repeat its border pixels. sigma_c is F_SIGMA_COLOR, or
-    F_SIGMA_COLOR_WEAK where the samples' (unweighted) variance is below F_WEAK_TEXTURE_VAR.
+    Samples off the reference image repeat its border pixels. A window is weakly textured where its
+    samples' (unweighted) variance is below F_WEAK_TEXTURE_VAR (<= 0: none is): its sigmas are
+    F_SIGMA_COLOR_WEAK and F_SIGMA_SPATIAL, a textured window's F_SIGMA_COLOR and F_SIGMA_SPATIAL_TEXTURED
+    (pack_params gives a null key's side the plain sigma).
     """
     H, W = ref.shape
     centre = ref[y, x]
-    sigma_spatial = fparams[F_SIGMA_SPATIAL]
-    sigma_color = fparams[F_SIGMA_COLOR]
     if fparams[F_WEAK_TEXTURE_VAR] > 0.0 and window_variance(ref, x, y, radius, step) < fparams[F_WEAK_TEXTURE_VAR]:
+        sigma_spatial = fparams[F_SIGMA_SPATIAL]
         sigma_color = fparams[F_SIGMA_COLOR_WEAK]
+    else:
+        sigma_spatial = fparams[F_SIGMA_SPATIAL_TEXTURED]
+        sigma_color = fparams[F_SIGMA_COLOR]
     inv_s = 1.0 / (2.0 * sigma_spatial * sigma_spatial)
     inv_c = 1.0 / (2.0 * sigma_color * sigma_color)
     k = 0

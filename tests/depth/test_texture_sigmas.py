@@ -1,7 +1,8 @@
-"""patchmatch.sigma_color_weak: a second bilateral colour sigma for windows whose own samples are
-nearly flat (their std below patchmatch.weak_texture). The CPU twin's window weights against a NumPy
-reference written from the definition, and the solver's limits (every window weak = that sigma
-everywhere, none = sigma_color). The CUDA kernels against the twin with both sigmas in play:
+"""Sigmas by texture: patchmatch.sigma_color_weak, a second bilateral colour sigma for windows whose
+own samples are nearly flat (their std below patchmatch.weak_texture), and sigma_spatial_textured, a
+second spatial sigma for the others. The CPU twin's window weights against a NumPy reference written
+from the definition, and the solver's limits (every window weak or textured = that sigma everywhere,
+none = the plain sigmas). The CUDA kernels against the twin with both kinds of window in play:
 tests/depth/test_patchmatch_gpu.py::test_view_costs_match_cpu."""
 
 from __future__ import annotations
@@ -28,18 +29,20 @@ def _weights_ref(ref, x, y, params):
     dx, dy = np.meshgrid(offs, offs)
     H, W = ref.shape
     vals = ref[np.clip(y + dy, 0, H - 1), np.clip(x + dx, 0, W - 1)].astype(np.float64)
-    sigma = params.sigma_color
-    if params.sigma_color_weak is not None and vals.std() < params.weak_texture:
-        sigma = params.sigma_color_weak
-    w = np.exp(-np.hypot(dx, dy) / (2 * params.sigma_spatial ** 2) - np.abs(vals - ref[y, x]) / (2 * sigma ** 2))
+    sigma, sigma_s = params.sigma_color, params.sigma_spatial
+    if vals.std() < params.weak_texture:
+        sigma = params.sigma_color if params.sigma_color_weak is None else params.sigma_color_weak
+    elif params.sigma_spatial_textured is not None:
+        sigma_s = params.sigma_spatial_textured
+    w = np.exp(-np.hypot(dx, dy) / (2 * sigma_s ** 2) - np.abs(vals - ref[y, x]) / (2 * sigma ** 2))
     return (w / w.sum()).ravel(), vals.std()
 
 
-@pytest.mark.parametrize("weak", [None, 1.0])
-def test_twin_window_weights_follow_the_definition(weak):
+@pytest.mark.parametrize("weak,textured", [(None, None), (1.0, None), (None, 1.2), (1.0, 2.0)])
+def test_twin_window_weights_follow_the_definition(weak, textured):
     rng = np.random.default_rng(11)
     ref = _half_flat_image(rng)
-    params = PatchMatchParams(sigma_color_weak=weak, weak_texture=4.0)
+    params = PatchMatchParams(sigma_color_weak=weak, sigma_spatial_textured=textured, weak_texture=4.0)
     f, _ = pack_params(params, _problem(ref), 0, 0)
     n = len(window_offsets(5, 2)) ** 2
     rv, rw = np.zeros(n), np.zeros(n)
@@ -88,6 +91,20 @@ def test_solver_limits(toy):
     plain = _solve(toy.problem, sigma_color=1.5, sigma_color_weak=None)
     nowhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=0.0)
     default = _solve(toy.problem, sigma_color_weak=None)
+    for a, b in zip(everywhere, plain):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(nowhere, default):
+        np.testing.assert_array_equal(a, b)
+    assert (everywhere[0] != default[0]).mean() > 0.1   # the second sigma changes the maps
+
+
+def test_solver_limits_of_the_textured_sigma(toy):
+    """weak_texture 0: every window is textured, so sigma_spatial_textured is sigma_spatial set to it;
+    255: none is, so the maps are sigma_spatial's alone."""
+    everywhere = _solve(toy.problem, sigma_spatial_textured=1.2, weak_texture=0.0)
+    plain = _solve(toy.problem, sigma_spatial=1.2)
+    nowhere = _solve(toy.problem, sigma_spatial_textured=1.2, weak_texture=255.0)
+    default = _solve(toy.problem)
     for a, b in zip(everywhere, plain):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(nowhere, default):
