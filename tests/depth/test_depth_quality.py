@@ -72,11 +72,12 @@ def _room_scores(scene: Path, run: Path) -> tuple[float, float]:
     return wall_ok / wall_n, all_ok / all_n
 
 
-# ACMM's one colour sigma in both runs: the test is about the pyramid and the geometric passes. A
-# second sigma for weakly textured windows (patchmatch.sigma_color_weak 1) gives this CPU room's walls
-# 0.167 within 2 cm instead of 0.180 and its fused cloud F1 0.294 instead of 0.276 (BENCHMARKS.md,
-# "A second colour sigma"): it trades wall pixels for what survives fusion.
-ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null"]
+# ACMM's one colour sigma and one spatial sigma in both runs: the test is about the pyramid and the
+# geometric passes, not the sigmas by texture (patchmatch.sigma_color_weak / sigma_spatial_textured).
+# A second colour sigma for weakly textured windows (1) gives this CPU room's walls 0.167 within 2 cm
+# instead of 0.180 and its fused cloud F1 0.294 instead of 0.276 (BENCHMARKS.md, "A second colour
+# sigma"): it trades wall pixels for what survives fusion.
+ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null", "--set", "patchmatch.sigma_spatial_textured=null"]
 
 
 def _room_gain(synth_scene_factory, tmp_path, backend, width, height):

@@ -87,10 +87,11 @@ def test_solver_limits(toy):
     """A window's std never reaches 255 grey levels, so weak_texture 255 gives sigma_color_weak
     everywhere, which is sigma_color set to it (no second sigma); no std is below 0, so 0 is
     sigma_color's maps alone."""
-    everywhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=255.0)
-    plain = _solve(toy.problem, sigma_color=1.5, sigma_color_weak=None)
-    nowhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=0.0)
-    default = _solve(toy.problem, sigma_color_weak=None)
+    acmm = {"sigma_spatial_textured": None}   # one spatial sigma: the colour sigmas alone in play
+    everywhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=255.0, **acmm)
+    plain = _solve(toy.problem, sigma_color=1.5, sigma_color_weak=None, **acmm)
+    nowhere = _solve(toy.problem, sigma_color_weak=1.5, weak_texture=0.0, **acmm)
+    default = _solve(toy.problem, sigma_color_weak=None, **acmm)
     for a, b in zip(everywhere, plain):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(nowhere, default):
@@ -102,9 +103,9 @@ def test_solver_limits_of_the_textured_sigma(toy):
     """weak_texture 0: every window is textured, so sigma_spatial_textured is sigma_spatial set to it;
     255: none is, so the maps are sigma_spatial's alone."""
     everywhere = _solve(toy.problem, sigma_spatial_textured=1.2, weak_texture=0.0)
-    plain = _solve(toy.problem, sigma_spatial=1.2)
+    plain = _solve(toy.problem, sigma_spatial=1.2, sigma_spatial_textured=None)
     nowhere = _solve(toy.problem, sigma_spatial_textured=1.2, weak_texture=255.0)
-    default = _solve(toy.problem)
+    default = _solve(toy.problem, sigma_spatial_textured=None)
     for a, b in zip(everywhere, plain):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(nowhere, default):

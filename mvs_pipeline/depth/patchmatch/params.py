@@ -44,12 +44,17 @@ class PatchMatchParams:
     # A small colour sigma everywhere lifted the 640x480 room_seen (F1 0.811 -> 0.856 at 1, H200) but broke
     # the textured objects (0.866 -> 0.556): a textured window's weights collapse onto a few pixels. So a
     # second sigma for windows whose own samples are nearly flat: 1 below a std of 4 gave (H200, one seed)
-    # room_seen 320x240 / 640x480 F1 0.761 / 0.811 -> 0.792 / 0.831, objects +0.2 / +0.4 pp, but on the CPU
-    # room_seen 320 0.782 -> 0.776 (seed 0) and 0.780 -> 0.741 (seed 1): off until seeds are measured on the GPU.
+    # room_seen 320x240 / 640x480 F1 0.761 / 0.811 -> 0.792 / 0.831, objects +0.2 / +0.4 pp at seed 0, but the
+    # three-seed means 0.766 -> 0.760 and 0.811 -> 0.813 (H200, session 36; the CPU lost too): off.
     sigma_color_weak: float | None = field(default=None, metadata=meta(
         "bilateral weight's intensity scale in weakly textured windows (the std of the window's own samples "
         "below weak_texture); null = sigma_color everywhere", "grey levels", (0.1, 255.0)))
-    sigma_spatial_textured: float | None = field(default=None, metadata=meta(
+    # A small spatial sigma everywhere (1.2, H200, seeds 0/1) lifted the objects (s111 0.883 -> 0.895) and every
+    # room's accuracy, but cost the 640x480 room 5 pp of F1: its weakly textured walls need the wide window. So a
+    # second spatial sigma for textured windows only: 1.2 there, over seeds 0-2 on the H200, objects +0.3..+1.0 pp
+    # (s101 0.867 -> 0.871 mean), rooms -0.4..+0.1 pp mean (within the seed's +-1.5), courtyards -0.2 pp, DTU without
+    # masks 0.9568 -> 0.9577; depth stage 3200x2130 +4 % (BENCHMARKS.md, "Sigmas by texture").
+    sigma_spatial_textured: float | None = field(default=1.2, metadata=meta(
         "bilateral weight's spatial scale in textured windows (the std of the window's own samples at or "
         "above weak_texture); null = sigma_spatial everywhere", "px", (0.1, 100.0)))
     weak_texture: float = field(default=4.0, metadata=meta(
