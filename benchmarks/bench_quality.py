@@ -23,12 +23,21 @@ by about a point between runs.
     python benchmarks/bench_quality.py --suite quick --dtu ../shared/data/dtu_scan24 --json q.json
     python benchmarks/bench_quality.py --suite full --acmmp .anchors/acmmp
     python benchmarks/bench_quality.py --suite quick --mesh none --fusion-variant "planes=--set fusion.weak_planes=true"
+    python benchmarks/bench_quality.py --suite full --mesh none --no-oracle --seeds 0,1,2 --gpus 0,1
+
+--seeds runs every row once per PatchMatch seed (`run --set seed=N`) and adds a table of each scene's
+accuracy and F1 at 2 cm over the seeds: on 10-20 views of 320x240-640x480 the seed alone moves a
+room's F1 by up to 2 pp, so a one-seed difference below that says nothing (BENCHMARKS.md, "Sigmas by
+texture"). --gpus deals the seeds over GPUs, one child process of this script per GPU
+(CUDA_VISIBLE_DEVICES), after making the scenes here. The JSON file is rewritten after every row, so
+a run cut short keeps the rows it finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -160,29 +169,42 @@ def fusion_variant(scene: Path, out: Path, args: list[str]) -> dict:
             "true_accuracy": mesh_share(scene, out / "fused.ply")}
 
 
+def seed_args(pm_seed: int | None) -> list[str]:
+    """The `run` arguments of a PatchMatch seed (none: the config's)."""
+    return [] if pm_seed is None else ["--set", f"seed={pm_seed}"]
+
+
 def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
                   oracle: bool = True, acmmp: Path | None = None, meshes: tuple[str, ...] = (),
-                  variants: tuple[tuple[str, list[str]], ...] = ()) -> dict:
+                  variants: tuple[tuple[str, list[str]], ...] = (), pm_seed: int | None = None) -> dict:
+    """One suite row; `seed` makes the scene, `pm_seed` (when given) is the run's PatchMatch seed, and
+    each gets its own output folder."""
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
-    out = root / f"{name}_out"
+    out = root / (f"{name}_out" if pm_seed is None else f"{name}_pm{pm_seed}_out")
+    extra = extra + seed_args(pm_seed)
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
     eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
     row = {"scene": name, "points": eth["num_reconstruction_points"], "seconds": round(wall, 1), **_scores(eth),
            "on_background": background_share(scene, out / "fused.ply"),
            "true_accuracy": mesh_share(scene, out / "fused.ply")}
+    if pm_seed is not None:
+        row["pm_seed"] = pm_seed
     if oracle:
         row["oracle"] = oracle_scores(scene)
     for method in meshes:
         row[f"mesh_{method}"] = mesh_scores(scene, out, method, extra)
     if acmmp is not None:
-        row["acmmp"] = acmmp_synthetic(acmmp, scene, root / f"{name}_acmmp")
+        # ACMMP seeds itself anew on every run: one run per PatchMatch seed of ours shows its spread too
+        work = root / (f"{name}_acmmp" if pm_seed is None else f"{name}_pm{pm_seed}_acmmp")
+        row["acmmp"] = acmmp_synthetic(acmmp, scene, work)
     for label, args in variants:   # last: they leave the folder fused with their settings
         row.setdefault("variants", {})[label] = fusion_variant(scene, out, extra + args)
     return row
 
 
-def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None) -> dict:
-    out = root / "dtu_scan24_out"
+def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None, pm_seed: int | None = None) -> dict:
+    out = root / ("dtu_scan24_out" if pm_seed is None else f"dtu_scan24_pm{pm_seed}_out")
+    extra = extra + seed_args(pm_seed)
     masks = str((dtu / "masks").resolve())
     # the masks are the object's silhouettes (fusion.mask_silhouettes; false gives the former row)
     wall = mvs("-q", "run", str(dtu), "-o", str(out), "--overwrite", "--set", f"fusion.mask_dir={masks}",
@@ -191,12 +213,15 @@ def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None) 
     m = json.loads((out / "eval" / "masks_fused.json").read_text())
     row = {"scene": "dtu_scan24 (49 x 1600x1200, masks in fusion as silhouettes)", "points": m["points"],
            "seconds": round(wall, 1), **_mask_cells(m)}
+    if pm_seed is not None:
+        row["pm_seed"] = pm_seed
     if acmmp is not None:   # ACMMP has no mask input: its cloud scored against the same masks
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics  # noqa: PLC0415
         from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
 
-        ply, seconds = acmmp_cloud(acmmp, dtu, root / "dtu_scan24_acmmp")
+        work = root / ("dtu_scan24_acmmp" if pm_seed is None else f"dtu_scan24_pm{pm_seed}_acmmp")
+        ply, seconds = acmmp_cloud(acmmp, dtu, work)
         xyz = read_ply(ply).xyz.astype(np.float64)
         row["acmmp"] = {"points": len(xyz), "seconds": seconds,
                         **_mask_cells(mask_metrics(xyz, cameras_from_model(out / "sparse"), dtu / "masks"))}
@@ -233,8 +258,82 @@ def table(rows: list[dict]) -> str:
         for m in meshes:
             e = r.get(f"mesh_{m}")
             cells.append(f"{e['2cm']['accuracy']:.3f} / {e['2cm']['f1']:.3f}, {e['seconds']}" if e else "")
-        lines.append(f"| {r['scene']} | {r['points']:,} | {r['seconds']} | " + " | ".join(cells) + " |")
+        seed = f" (seed {r['pm_seed']})" if "pm_seed" in r else ""
+        lines.append(f"| {r['scene']}{seed} | {r['points']:,} | {r['seconds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def over_seeds(rows: list[dict]) -> str:
+    """Per scene run at several PatchMatch seeds: accuracy and F1 at 2 cm as mean, min and max, and the
+    seeds (DTU rows: mask precision over all views and coverage)."""
+    by_scene: dict[str, list[dict]] = {}
+    for r in rows:
+        if "pm_seed" in r:
+            by_scene.setdefault(r["scene"], []).append(r)
+    lines = ["| scene | seeds | accuracy @2 cm: mean (min-max) | F1 @2 cm: mean (min-max) |", "|---|---|---|---|"]
+    for scene, runs in by_scene.items():
+        keys = (("mask_precision_all",), ("mask_coverage",)) if "mask_precision_all" in runs[0] \
+            else (("2cm", "accuracy"), ("2cm", "f1"))
+        cells = []
+        for key in keys:
+            vals = np.array([r[key[0]] if len(key) == 1 else r[key[0]][key[1]] for r in runs], dtype=float)
+            cells.append(f"{vals.mean():.4f} ({vals.min():.4f}-{vals.max():.4f})")
+        seeds = ",".join(str(r["pm_seed"]) for r in sorted(runs, key=lambda r: r["pm_seed"]))
+        lines.append(f"| {scene} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _write_rows(path: Path | None, rows: list[dict]) -> None:
+    """The rows so far, rewritten whole (a run cut short keeps what it finished)."""
+    if path is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(rows, indent=1))
+        tmp.replace(path)
+
+
+def _on_gpus(argv: list[str], gpus: list[str], seeds: list[int], json_path: Path | None,
+             specs: list[tuple], root: Path) -> list[dict]:
+    """Deal `seeds` over `gpus`: one child of this script per GPU with its share of the seeds, after the
+    scenes are made here (the children would race to make them). Returns the children's rows."""
+    for spec in specs:
+        synthetic_scene(root, *spec)
+    parts = [(gpu, seeds[i::len(gpus)]) for i, gpu in enumerate(gpus) if seeds[i::len(gpus)]]
+    work = root / "by_gpu"   # each child's rows and log
+    work.mkdir(parents=True, exist_ok=True)
+    base = _without_options(argv, ("--gpus", "--seeds", "--json"))
+    procs = []
+    for gpu, share in parts:
+        out = work / f"gpu{gpu}.json"
+        log = open(work / f"gpu{gpu}.log", "w")
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+        cmd = [sys.executable, str(Path(__file__).resolve()), *base, "--seeds", ",".join(map(str, share)),
+               "--json", str(out)]
+        procs.append((gpu, subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), out, log))
+    rows = []
+    for gpu, proc, out, log in procs:
+        rc = proc.wait()
+        log.close()
+        if rc != 0:
+            print(f"GPU {gpu}: rc {rc}, log {work / f'gpu{gpu}.log'}", flush=True)
+        if out.exists():
+            rows += json.loads(out.read_text())
+    order = {spec_name: i for i, spec_name in enumerate(scene_name(*spec) for spec in specs)}
+    rows.sort(key=lambda r: (order.get(r["scene"], len(order)), r.get("pm_seed", 0)))
+    _write_rows(json_path, rows)
+    return rows
+
+
+def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """`argv` without the options `names` and their values (as `--name value` or `--name=value`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in names:
+            skip = True
+        elif not any(a.startswith(n + "=") for n in names):
+            out.append(a)
+    return out
 
 
 def main(argv=None) -> int:
@@ -255,27 +354,40 @@ def main(argv=None) -> int:
                          "'planes=--set fusion.weak_planes=true'; repeatable): a row each, same depth maps")
     ap.add_argument("--only", default="", help="comma-separated parts of scene names (e.g. room_seen_20,courtyard): "
                     "only the suite's scenes whose name holds one (to redo part of a suite)")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--seeds", default="", help="comma-separated PatchMatch seeds (run --set seed=N): every row "
+                    "once per seed, and a table over them")
+    ap.add_argument("--gpus", default="", help="comma-separated GPU indices to deal the seeds over (a child "
+                    "process per GPU); default: this process, the GPUs it sees")
+    ap.add_argument("--json", type=Path, help="the rows, rewritten after each")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     extra = args.args.split()
     variants = tuple((v.split("=", 1)[0], v.split("=", 1)[1].split()) for v in args.fusion_variant)
-    rows = []
+    seeds: list[int | None] = [int(x) for x in args.seeds.split(",") if x] or [None]
     t0 = time.perf_counter()
     only = [part for part in args.only.split(",") if part]
-    for spec in [] if args.no_synthetic else SUITES[args.suite]:
-        if only and not any(part in scene_name(*spec) for part in only):
-            continue
+    specs = [spec for spec in ([] if args.no_synthetic else SUITES[args.suite])
+             if not only or any(part in scene_name(*spec) for part in only)]
+    gpus = [g for g in args.gpus.split(",") if g]
+    if gpus and seeds != [None]:
+        rows = _on_gpus(argv, gpus, seeds, args.json, specs, args.root)
+    else:
+        rows = []
         meshes = () if args.mesh == "none" else tuple(m for m in args.mesh.split(",") if m)
-        rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp, meshes=meshes,
-                                  variants=variants))
-        print(json.dumps(rows[-1]), flush=True)
-    if args.dtu is not None:
-        rows.append(dtu_row(args.root, args.dtu, extra, acmmp=args.acmmp))
-        print(json.dumps(rows[-1]), flush=True)
+        for pm_seed in seeds:
+            for spec in specs:
+                rows.append(synthetic_row(args.root, *spec, extra, oracle=args.oracle, acmmp=args.acmmp,
+                                          meshes=meshes, variants=variants, pm_seed=pm_seed))
+                print(json.dumps(rows[-1]), flush=True)
+                _write_rows(args.json, rows)
+            if args.dtu is not None:
+                rows.append(dtu_row(args.root, args.dtu, extra, acmmp=args.acmmp, pm_seed=pm_seed))
+                print(json.dumps(rows[-1]), flush=True)
+                _write_rows(args.json, rows)
     print(table(rows))
+    if any("pm_seed" in r for r in rows):
+        print(over_seeds(rows))
     print(f"total {time.perf_counter() - t0:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
