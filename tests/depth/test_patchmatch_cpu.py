@@ -66,7 +66,8 @@ def _bilinear_ref(img, sx, sy):
 
 
 def _cost_ref(problem, s, x, y, n, depth, params):
-    """1 - bilateral NCC with the exact homography at every sample (textbook formulas)."""
+    """1 - bilateral NCC with the exact homography at every sample (textbook formulas), the bilateral
+    sigmas chosen by the window's texture as the config defines them (patchmatch.weak_texture)."""
     K = problem.K_ref
     R, t, Ks = problem.R_src_from_ref[s], problem.t_src_from_ref[s], problem.K_src[s]
     X = depth * np.linalg.solve(K, [x + 0.5, y + 0.5, 1.0])
@@ -87,8 +88,13 @@ def _cost_ref(problem, s, x, y, n, depth, params):
     if sx.min() < 0 or sy.min() < 0 or sx.max() > src.shape[1] or sy.max() > src.shape[0]:
         return 2.0
     svals = _bilinear_ref(src.astype(np.float64), sx, sy)
-    w = np.exp(-np.hypot(dx, dy) / (2 * params.sigma_spatial ** 2)
-               - np.abs(rvals - ref[y, x]) / (2 * params.sigma_color ** 2))
+    # the sigmas by the window's texture: the std of its samples against weak_texture
+    sigma_s, sigma_c = params.sigma_spatial, params.sigma_color
+    if rvals.std() < params.weak_texture:
+        sigma_c = params.sigma_color if params.sigma_color_weak is None else params.sigma_color_weak
+    elif params.sigma_spatial_textured is not None:
+        sigma_s = params.sigma_spatial_textured
+    w = np.exp(-np.hypot(dx, dy) / (2 * sigma_s ** 2) - np.abs(rvals - ref[y, x]) / (2 * sigma_c ** 2))
     w = w / w.sum()
     mr, ms = (w * rvals).sum(), (w * svals).sum()
     vr, vs = (w * (rvals - mr) ** 2).sum(), (w * (svals - ms) ** 2).sum()
@@ -128,9 +134,9 @@ def _random_hypotheses(scene, n, rng, near_gt=True):
     return pixels, np.c_[normal, depth]
 
 
-@pytest.mark.parametrize("near_gt", [True, False])
-def test_view_costs_match_exact_homography_reference(toy, near_gt):
-    params = PatchMatchParams()
+@pytest.mark.parametrize("near_gt,textured", [(True, 1.2), (False, 1.2), (True, None)])
+def test_view_costs_match_exact_homography_reference(toy, near_gt, textured):
+    params = PatchMatchParams(sigma_spatial_textured=textured)   # 1.2: the default
     rng = np.random.default_rng(1)
     pixels, planes = _random_hypotheses(toy, 150, rng, near_gt)
     got = _twin_costs(toy.problem, params, pixels, planes)
