@@ -12,6 +12,8 @@ from mvs_pipeline.depth.patchmatch.problem import source_matrices, validate_prob
 from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
 from mvs_pipeline.depth.patchmatch.window import window_offsets
 
+from .bilateral_reference import bilateral_weights
+
 
 @pytest.fixture(scope="module")
 def toy():
@@ -88,14 +90,7 @@ def _cost_ref(problem, s, x, y, n, depth, params):
     if sx.min() < 0 or sy.min() < 0 or sx.max() > src.shape[1] or sy.max() > src.shape[0]:
         return 2.0
     svals = _bilinear_ref(src.astype(np.float64), sx, sy)
-    # the sigmas by the window's texture: the std of its samples against weak_texture
-    sigma_s, sigma_c = params.sigma_spatial, params.sigma_color
-    if rvals.std() < params.weak_texture:
-        sigma_c = params.sigma_color if params.sigma_color_weak is None else params.sigma_color_weak
-    elif params.sigma_spatial_textured is not None:
-        sigma_s = params.sigma_spatial_textured
-    w = np.exp(-np.hypot(dx, dy) / (2 * sigma_s ** 2) - np.abs(rvals - ref[y, x]) / (2 * sigma_c ** 2))
-    w = w / w.sum()
+    w = bilateral_weights(rvals, dx, dy, ref[y, x], params)
     mr, ms = (w * rvals).sum(), (w * svals).sum()
     vr, vs = (w * (rvals - mr) ** 2).sum(), (w * (svals - ms) ** 2).sum()
     if vr < 1e-5 or vs < 1e-5:

@@ -15,6 +15,8 @@ from mvs_pipeline.depth.patchmatch.packing import pack_params
 from mvs_pipeline.depth.patchmatch.toy_scene import make_toy_scene
 from mvs_pipeline.depth.patchmatch.window import window_offsets
 
+from .bilateral_reference import bilateral_weights
+
 
 def _half_flat_image(rng, h=30, w=40):
     """Left half: a wall (100 grey levels + noise of std 1); right half: texture (std ~74)."""
@@ -29,13 +31,7 @@ def _weights_ref(ref, x, y, params):
     dx, dy = np.meshgrid(offs, offs)
     H, W = ref.shape
     vals = ref[np.clip(y + dy, 0, H - 1), np.clip(x + dx, 0, W - 1)].astype(np.float64)
-    sigma, sigma_s = params.sigma_color, params.sigma_spatial
-    if vals.std() < params.weak_texture:
-        sigma = params.sigma_color if params.sigma_color_weak is None else params.sigma_color_weak
-    elif params.sigma_spatial_textured is not None:
-        sigma_s = params.sigma_spatial_textured
-    w = np.exp(-np.hypot(dx, dy) / (2 * sigma_s ** 2) - np.abs(vals - ref[y, x]) / (2 * sigma ** 2))
-    return (w / w.sum()).ravel(), vals.std()
+    return bilateral_weights(vals, dx, dy, ref[y, x], params).ravel(), vals.std()
 
 
 @pytest.mark.parametrize("weak,textured", [(None, None), (1.0, None), (None, 1.2), (1.0, 2.0)])
