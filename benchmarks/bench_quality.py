@@ -174,13 +174,18 @@ def seed_args(pm_seed: int | None) -> list[str]:
     return [] if pm_seed is None else ["--set", f"seed={pm_seed}"]
 
 
+def work_folder(root: Path, name: str, pm_seed: int | None, what: str) -> Path:
+    """A row's folder of `what` (out, acmmp): one per PatchMatch seed when one is given."""
+    return root / (f"{name}_{what}" if pm_seed is None else f"{name}_pm{pm_seed}_{what}")
+
+
 def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, seed: int, extra: list[str],
                   oracle: bool = True, acmmp: Path | None = None, meshes: tuple[str, ...] = (),
                   variants: tuple[tuple[str, list[str]], ...] = (), pm_seed: int | None = None) -> dict:
     """One suite row; `seed` makes the scene, `pm_seed` (when given) is the run's PatchMatch seed, and
     each gets its own output folder."""
     name, scene = synthetic_scene(root, kind, views, width, height, seed)
-    out = root / (f"{name}_out" if pm_seed is None else f"{name}_pm{pm_seed}_out")
+    out = work_folder(root, name, pm_seed, "out")
     extra = extra + seed_args(pm_seed)
     wall = mvs("-q", "run", str(scene), "-o", str(out), "--overwrite", *extra)
     eth = json.loads((out / "eval" / "eth3d_fused.json").read_text())
@@ -195,15 +200,14 @@ def synthetic_row(root: Path, kind: str, views: int, width: int, height: int, se
         row[f"mesh_{method}"] = mesh_scores(scene, out, method, extra)
     if acmmp is not None:
         # ACMMP seeds itself anew on every run: one run per PatchMatch seed of ours shows its spread too
-        work = root / (f"{name}_acmmp" if pm_seed is None else f"{name}_pm{pm_seed}_acmmp")
-        row["acmmp"] = acmmp_synthetic(acmmp, scene, work)
+        row["acmmp"] = acmmp_synthetic(acmmp, scene, work_folder(root, name, pm_seed, "acmmp"))
     for label, args in variants:   # last: they leave the folder fused with their settings
         row.setdefault("variants", {})[label] = fusion_variant(scene, out, extra + args)
     return row
 
 
 def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None, pm_seed: int | None = None) -> dict:
-    out = root / ("dtu_scan24_out" if pm_seed is None else f"dtu_scan24_pm{pm_seed}_out")
+    out = work_folder(root, "dtu_scan24", pm_seed, "out")
     extra = extra + seed_args(pm_seed)
     masks = str((dtu / "masks").resolve())
     # the masks are the object's silhouettes (fusion.mask_silhouettes; false gives the former row)
@@ -220,8 +224,7 @@ def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None, 
         from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics  # noqa: PLC0415
         from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
 
-        work = root / ("dtu_scan24_acmmp" if pm_seed is None else f"dtu_scan24_pm{pm_seed}_acmmp")
-        ply, seconds = acmmp_cloud(acmmp, dtu, work)
+        ply, seconds = acmmp_cloud(acmmp, dtu, work_folder(root, "dtu_scan24", pm_seed, "acmmp"))
         xyz = read_ply(ply).xyz.astype(np.float64)
         row["acmmp"] = {"points": len(xyz), "seconds": seconds,
                         **_mask_cells(mask_metrics(xyz, cameras_from_model(out / "sparse"), dtu / "masks"))}
@@ -286,9 +289,10 @@ def over_seeds(rows: list[dict]) -> str:
 def _write_rows(path: Path | None, rows: list[dict]) -> None:
     """The rows so far, rewritten whole (a run cut short keeps what it finished)."""
     if path is not None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(rows, indent=1))
-        tmp.replace(path)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
+        from mvs_pipeline.io.atomic import atomic_write_text  # noqa: PLC0415
+
+        atomic_write_text(path, json.dumps(rows, indent=1))
 
 
 def _on_gpus(argv: list[str], gpus: list[str], seeds: list[int], json_path: Path | None,
