@@ -77,7 +77,8 @@ def _room_scores(scene: Path, run: Path) -> tuple[float, float]:
 # A second colour sigma for weakly textured windows (1) gives this CPU room's walls 0.167 within 2 cm
 # instead of 0.180 and its fused cloud F1 0.294 instead of 0.276 (BENCHMARKS.md, "A second colour
 # sigma"): it trades wall pixels for what survives fusion.
-ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null", "--set", "patchmatch.sigma_spatial_textured=null"]
+ACMM_SIGMA = ["--set", "patchmatch.sigma_color_weak=null", "--set", "patchmatch.sigma_spatial_textured=null",
+              "--set", "patchmatch.sigma_spatial=5"]
 
 
 def _room_gain(synth_scene_factory, tmp_path, backend, width, height):

@@ -259,15 +259,24 @@ def test_launchers_check_arguments(cupy, toy):
     dev.release()
 
 
+# (the window's spatial sigmas, share of pixels keeping the twin's hypothesis, cost tolerance): ACMM's one 5 px
+# sigma, and the defaults (2 px in weakly textured windows, 1.2 px in textured ones), whose peaked weights (the
+# nearest samples carry most of the window) make float32 and float64 disagree on more near-ties (session 37,
+# H200: 0.943 of the pixels kept the same hypothesis, costs of the same hypothesis within 0.0021)
+REFINE_SIGMAS = [({"sigma_spatial": 5.0, "sigma_spatial_textured": None}, 0.95, 2e-3), ({}, 0.92, 3e-3)]
+
+
+@pytest.mark.parametrize("sigmas, same_share, cost_atol", REFINE_SIGMAS, ids=["acmm", "default"])
 @pytest.mark.parametrize("size, num_refine", [((160, 120), 8), ((77, 53), 5), ((77, 53), 12)])
-def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, size, num_refine):
+def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, size, num_refine, sigmas, same_share,
+                                                                 cost_atol):
     """pm_refine scores each pixel's hypotheses against its own selected sources only (the warp
     shares the windows out, depth_patchmatch_warp.cuh): on random per-pixel source subsets it keeps the
     same hypotheses as the CPU twin's refine and leaves the other colour untouched. The odd size
     leaves lanes without a pixel in the edge warps; 12 hypotheses need the shared-memory opt-in."""
     kpm = _kpm()
     toy = make_toy_scene(*size, num_sources=7, seed=2)
-    params = PatchMatchParams(num_refine=num_refine)
+    params = PatchMatchParams(num_refine=num_refine, **sigmas)
     p, dev, opts = _device(toy.problem, params)
     H, W = p.shape
     S = p.num_sources
@@ -302,8 +311,8 @@ def test_refine_on_per_pixel_source_subsets_matches_the_cpu_twin(cupy, size, num
         assert changed.mean() > 0.1                       # refinement did replace hypotheses
         # the same hypothesis kept (drawn in float32 on the GPU, float64 on the CPU)
         same = np.isclose(plane_gpu, plane_cpu, rtol=1e-4, atol=1e-5).all(-1)[mine]
-        assert same.mean() > 0.95, same.mean()            # near-ties may flip (texture weights)
-        np.testing.assert_allclose(cost_gpu[mine][same], cost_cpu[mine][same], atol=2e-3)
+        assert same.mean() > same_share, same.mean()      # near-ties may flip (texture weights)
+        np.testing.assert_allclose(cost_gpu[mine][same], cost_cpu[mine][same], atol=cost_atol)
     dev.release()
 
 

@@ -58,5 +58,8 @@ def test_gpu_pipeline_f1_at_2cm(tmp_path):
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     peaks = run["stage_gpu_pool_peak_bytes"]
     # the depth stage's plane/cost/weight buffers alone are > 10 MB at 640x480 with 7 sources
-    assert peaks["depth"] > 10e6 and peaks["fusion"] > 0, peaks
+    assert peaks["depth"] > 10e6, peaks
+    # fusion on the GPU: as a stage of its own (its pool's peak), or beside the depth stage, whose peak then
+    # holds fusion's buffers too (pipeline._take_trailing_fusion: no pool of its own to read)
+    assert peaks.get("fusion", 0) > 0 or "fusion_beside_depth_seconds" in run["counts"], (peaks, run["counts"])
     assert run["counts"]["depth_gpu_used_peak_bytes"] >= peaks["depth"], run["counts"]
