@@ -37,8 +37,13 @@ class PatchMatchParams:
         "half size of the matching window (ACMM patch_size 11 -> radius 5)", "px", (1, 10)))
     window_step: int = field(default=2, metadata=meta(
         "sample every n-th pixel of the window (ACMM radius_increment)", "px", (1, 2)))
-    sigma_spatial: float = field(default=5.0, metadata=meta(
-        "bilateral weight: spatial scale, weight exp(-dist/(2 sigma^2)) as in ACMM", "px", (0.1, 100.0)))
+    # ACMM's 5 px was kept for the weakly textured windows when textured ones got their own sigma (below); 2 px
+    # there too, over seeds 0-2 on the H200 (session 37): every room's F1 +0.0..+1.3 pp and accuracy +0.6..+1.2 pp
+    # (room_seen 640x480 0.807 -> 0.820 / 0.885 -> 0.897), objects +0.1 / +0.5 pp, courtyards within 0.05 pp, DTU
+    # without masks 0.9577 -> 0.9575 at 0.9965; 3 px gained less (BENCHMARKS.md, "Sigmas by texture").
+    sigma_spatial: float = field(default=2.0, metadata=meta(
+        "bilateral weight: spatial scale, weight exp(-dist/(2 sigma^2)) (ACMM: 5); with sigma_spatial_textured "
+        "set, in weakly textured windows only", "px", (0.1, 100.0)))
     sigma_color: float = field(default=3.0, metadata=meta(
         "bilateral weight: intensity scale, weight exp(-|dI|/(2 sigma^2)) on 0..255 grey", "grey levels", (0.1, 255.0)))
     # A small colour sigma everywhere lifted the 640x480 room_seen (F1 0.811 -> 0.856 at 1, H200) but broke
