@@ -49,6 +49,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import mvs  # noqa: E402 (same folder)
 
+# the project's modules, imported where a row needs them, from a checkout run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 # (scene kind, views, width, height, seed): small objects and rooms, an outdoor yard; seeds that
 # the tests do not use.
 SUITES = {
@@ -87,7 +90,6 @@ def _scores(eth: dict) -> dict:
 
 def oracle_scores(scene: Path) -> dict:
     """The suite's scores of the scene's oracle cloud (perfect depth where two views see it)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
     from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: PLC0415
     from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
     from mvs_pipeline.scene.workspace import read_scene  # noqa: PLC0415
@@ -109,7 +111,6 @@ def acmmp_cloud(acmmp: Path, scene: Path, work: Path) -> tuple[Path, float]:
 
 
 def acmmp_synthetic(acmmp: Path, scene: Path, work: Path) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
     from mvs_pipeline.evaluation.eth3d import evaluate_eth3d  # noqa: PLC0415
     from mvs_pipeline.evaluation.mlp import load_scans  # noqa: PLC0415
     from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
@@ -123,7 +124,6 @@ def acmmp_synthetic(acmmp: Path, scene: Path, work: Path) -> dict:
 
 def background_share(scene: Path, cloud: Path) -> float:
     """Share of `cloud`'s points that some view of the synthetic `scene` sees against its background."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
     from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
     from mvs_pipeline.scene.workspace import read_scene  # noqa: PLC0415
     from mvs_pipeline.synth.background_points import points_against_background  # noqa: PLC0415
@@ -137,7 +137,6 @@ def mesh_share(scene: Path, cloud: Path) -> float:
     """Share of `cloud`'s points within 2 cm of the synthetic `scene`'s mesh, per 1 cm cell as ETH3D's
     accuracy but with every point judged (evaluation/mesh_accuracy.py: ETH3D judges only points inside a
     scanner beam, a minority with the synthetic scans, and never those behind a scanned surface)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
     from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
     from mvs_pipeline.evaluation.mesh_accuracy import mesh_accuracy  # noqa: PLC0415
 
@@ -220,7 +219,6 @@ def dtu_row(root: Path, dtu: Path, extra: list[str], acmmp: Path | None = None, 
     if pm_seed is not None:
         row["pm_seed"] = pm_seed
     if acmmp is not None:   # ACMMP has no mask input: its cloud scored against the same masks
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from mvs_pipeline.evaluation.masks import cameras_from_model, mask_metrics  # noqa: PLC0415
         from mvs_pipeline.io.ply import read_ply  # noqa: PLC0415
 
@@ -289,7 +287,6 @@ def over_seeds(rows: list[dict]) -> str:
 def _write_rows(path: Path | None, rows: list[dict]) -> None:
     """The rows so far, rewritten whole (a run cut short keeps what it finished)."""
     if path is not None:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script from anywhere
         from mvs_pipeline.io.atomic import atomic_write_text  # noqa: PLC0415
 
         atomic_write_text(path, json.dumps(rows, indent=1))

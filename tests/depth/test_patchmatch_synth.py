@@ -28,7 +28,8 @@ synth = pytest.importorskip("mvs_pipeline.synth")
 
 WIDTH, HEIGHT, VIEWS, SOURCES = 640, 480, 20, 8
 MIN_TEXTURE_STD = 3.0
-ACMM = PatchMatchParams(iterations=3, sigma_spatial=5.0, sigma_spatial_textured=None)   # ACMM's one spatial sigma (module docstring)
+# ACMM's one spatial sigma (module docstring)
+ACMM = PatchMatchParams(iterations=3, sigma_spatial=5.0, sigma_spatial_textured=None)
 
 
 @pytest.fixture(scope="module")
