@@ -40,7 +40,7 @@ class PatchMatchParams:
     window_step: int = field(default=2, metadata=meta(
         "sample every n-th pixel of the window (ACMM radius_increment)", "px", (1, 2)))
     # ACMM's 5 px was kept for the weakly textured windows when textured ones got their own sigma (below); 2 px
-    # there too, over seeds 0-2 on the H200 (session 37): every room's F1 +0.0..+1.3 pp and accuracy +0.6..+1.2 pp
+    # there too, over seeds 0-2 on the H200 (session 37): every room's F1 +0.0..+1.3 pp and accuracy +0.7..+1.1 pp
     # (room_seen 640x480 0.807 -> 0.820 / 0.885 -> 0.897), objects +0.1 / +0.5 pp, courtyards within 0.05 pp, DTU
     # without masks 0.9577 -> 0.9575 at 0.9965; 3 px gained less (BENCHMARKS.md, "Sigmas by texture").
     sigma_spatial: float = field(default=2.0, metadata=meta(
