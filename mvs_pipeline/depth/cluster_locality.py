@@ -6,7 +6,8 @@ itself in memory (on the GPU) and reads the others' from the shared folder (~15 
 1024x768), so views whose sources it computed are cheaper for it. Views are put in breadth-first order
 over the view graph (a view's neighbours follow it closely) and cut into contiguous blocks, dealt to the
 workers in turn; each view keeps the same worker in every pass. Within a pass the tasks go out in fusion's
-order (depth/fusion_order.py; cluster_run.py), which is the order each worker then computes its views in. The
+order (depth/fusion_order.py; cluster_run.py) with priorities that make each worker compute its views in
+that order (without them Dask ran a burst of submissions in no useful order: session 38). The
 hints are loose (Dask may run a task elsewhere, e.g. when a worker is gone or idle): correctness never
 depends on them.
 
