@@ -392,6 +392,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
             stats["points"] += len(out["pixel"])
             chunk = FusedChunk(view_idx=r, neighbors=nbrs[r], **out)
             t2 = time.perf_counter()
+            cache.mark(r, "fused")
             yield chunk if keep_on_device else chunk.to_host()
             loop["acquire"] += t1 - t0
             loop["fuse"] += t2 - t1
@@ -400,6 +401,7 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         for k in loop:
             loop[k] = round(loop[k], 3)
         cache.close()
+        cache.write_timeline()
         if pixels_by_view is not None:
             pixels_by_view.update(cache.pixels_by_view)
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ..background import DaemonJob
 from ..cluster.client import error_text
@@ -45,6 +46,7 @@ class MapsGate:
         self._planned: list[int] | None = None
         self._written: set[int] = set()
         self._stopped: str | None = None
+        self.written_at: dict[int, float] = {}   # view_idx -> wall time it was announced (view_cache's timeline)
 
     def planned(self, views: list[int]) -> None:
         with self._cond:
@@ -53,6 +55,7 @@ class MapsGate:
 
     def written(self, view_idx: int) -> None:
         with self._cond:
+            self.written_at.setdefault(int(view_idx), time.time())
             self._written.add(int(view_idx))
             self._cond.notify_all()
 

@@ -9,12 +9,16 @@ in view order while the second worker writes the other block at the same time; w
 loader threads all waited for the first block's next maps, and the second block was read only after the depth
 stage, 2.0-2.7 s of fusion after it (300 x 1024x768 on 2 x H200, session 31). Now the written views are read
 while fusion waits, and made resident while there is room (`capacity`), so that after the depth stage fusion
-mostly fuses. What is fused does not depend on when a view became resident (fusion/stage.py, "Determinism").
+mostly fuses. The same while fusion waits for a load: the loads that finished ahead of their step are made resident
+and the next written views' loads start, so one slow load does not leave the loader threads idle (session 38).
+What is fused does not depend on when a view became resident (fusion/stage.py, "Determinism").
 """
 
 from __future__ import annotations
 
 import bisect
+import json
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,6 +31,9 @@ IGNORED_KINDS = ("masked", "textureless", "speckle", "halo")
 PIXEL_COUNTS = ("valid_pixels", *(f"{k}_pixels" for k in IGNORED_KINDS), "planar_pixels")
 PREFETCH_PER_THREAD = 2   # views a loader thread has loaded or is loading ahead (host memory)
 GATE_POLL_SECONDS = 0.01   # beside the depth stage: how often a waiting loop looks for newly written views
+# a folder: each fusion writes fusion_timeline_<pid>.json there, every view's written / load / resident / fused wall
+# times (time.time()): where a fusion beside the depth stage waits (a diagnostic, issue #36)
+TIMELINE_ENV = "MVS_PIPELINE_FUSION_TIMELINE"
 
 
 class ViewCache:
@@ -55,6 +62,21 @@ class ViewCache:
         self.pool = ThreadPoolExecutor(max_workers=threads)
         self._load_lock = threading.Lock()
         self.stats.setdefault("loaded_ahead", 0)   # views made resident before their step, beside the depth stage
+        self.timeline = {} if os.environ.get(TIMELINE_ENV) else None   # view_idx -> {event: wall time}
+
+    def mark(self, v: int, event: str) -> None:
+        if self.timeline is not None:
+            self.timeline.setdefault(int(v), {}).setdefault(event, time.time())
+
+    def write_timeline(self) -> None:
+        if self.timeline is None:
+            return
+        written = getattr(self.gate, "written_at", {})
+        for v, t in written.items():
+            self.timeline.setdefault(int(v), {})["written"] = t
+        path = os.path.join(os.environ[TIMELINE_ENV], f"fusion_timeline_{os.getpid()}.json")
+        with open(path, "w") as f:
+            json.dump({str(v): e for v, e in sorted(self.timeline.items())}, f)
 
     def close(self) -> None:
         for fut in self.pending.values():
@@ -76,7 +98,9 @@ class ViewCache:
         # the loads' wall seconds, summed over the loader threads: beside load_wait_seconds (what
         # the fusion loop waited for them) it tells whether the loaders bound the stage (issue #36)
         t0 = time.perf_counter()
+        self.mark(inp.view_idx, "load_start")
         host = self.load(inp)
+        self.mark(inp.view_idx, "load_end")
         with self._load_lock:
             self.stats["load_seconds"] += time.perf_counter() - t0
         return host
@@ -96,8 +120,11 @@ class ViewCache:
             if v not in self.resident:   # (the wait may have made it resident)
                 if v not in self.pending:
                     self._submit(v)
-                host: HostView = self.pending.pop(v).result()
-                self._make_resident(v, host, step, needed)
+                if self.gate is not None:
+                    self._wait_for_load(v, step, needed)
+                if v not in self.resident:
+                    host: HostView = self.pending.pop(v).result()
+                    self._make_resident(v, host, step, needed)
             self.stats["load_wait_seconds"] += time.perf_counter() - t0
         self._prefetch(step)
         return {v: self.resident[v] for v in needed}
@@ -110,15 +137,37 @@ class ViewCache:
             return
         seen_written = -1
         while not self.gate.wait(v, timeout=GATE_POLL_SECONDS):
-            done = [u for u, fut in self.pending.items() if fut.done()]
+            done = any(fut.done() for fut in self.pending.values())
             if done or self.gate.written_count() != seen_written:   # else nothing new to load: no scan
                 seen_written = self.gate.written_count()
                 self._prefetch(step - 1)
-            for u in sorted(done, key=lambda u: self._next_use(u, step)):
-                if len(self.resident) >= self.capacity:   # no room: it waits, loaded, for its step
-                    break
-                self._make_resident(u, self.pending.pop(u).result(), step, needed)
-                self.stats["loaded_ahead"] += 1
+            self._make_finished_resident(step, needed)
+
+    def _wait_for_load(self, v: int, step: int, needed: list[int]) -> None:
+        """Beside the depth stage, with read-ahead: until view v's load is done, make the other finished loads
+        resident while there is room and start the next written views' loads. Why (issue #36): a finished load
+        of a later step counts against `prefetch` until its step comes, so while fusion waited for one slow
+        load the loader threads ran out of work (300-view street, 2 x H200, session 38: about 4 of 8 busy, the
+        maps of 180 views written but not loaded two seconds before the depth stage ended)."""
+        if not self.read_ahead:
+            return
+        fut = self.pending[v]
+        while not fut.done():
+            self._make_finished_resident(step, needed, skip=v)
+            self._prefetch(step - 1)
+            try:
+                fut.exception(timeout=GATE_POLL_SECONDS)
+            except TimeoutError:
+                pass
+
+    def _make_finished_resident(self, step: int, needed: list[int], skip: int | None = None) -> None:
+        """The finished loads made resident, nearest use first, while there is room without evicting."""
+        done = [u for u, fut in self.pending.items() if u != skip and fut.done()]
+        for u in sorted(done, key=lambda u: self._next_use(u, step)):
+            if len(self.resident) >= self.capacity:   # no room: it waits, loaded, for its step
+                break
+            self._make_resident(u, self.pending.pop(u).result(), step, needed)
+            self.stats["loaded_ahead"] += 1
 
     def _make_resident(self, v: int, host: HostView, step: int, needed: list[int]) -> None:
         while len(self.resident) >= self.capacity:
@@ -134,6 +183,7 @@ class ViewCache:
         else:
             self.stats["reloads"] += 1
         self.resident[v] = self.engine.upload(host, blocked)
+        self.mark(v, "resident")
 
     def _evict(self, step: int, keep: list[int]) -> None:
         candidates = [v for v in self.resident if v not in keep]
