@@ -155,6 +155,11 @@ def open_client(cfg: ClusterConfig):
         except (OSError, TimeoutError) as exc:
             raise MVSError(f"cluster: cannot reach the Dask scheduler at {target}: {exc}") from exc
         workers = client.scheduler_info().get("workers", {})
+        if not workers and cfg.kind != "address":
+            # a worker process that fails to start is only logged by distributed (with its traceback, above);
+            # the depth stage would wait for tasks no worker takes (session 38: a hosted fusion's RuntimeError)
+            raise MVSError(f"cluster: none of the {cfg.kind} cluster's workers started (their errors are above); "
+                           f"check the GPUs (nvidia-smi) or run without --cluster")
         log.info("cluster: %s, %d worker(s)", cfg.kind if cfg.kind != "address" else cfg.address, len(workers))
         yield client
 

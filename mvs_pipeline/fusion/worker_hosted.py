@@ -27,6 +27,7 @@ import threading
 import time
 
 from ..cluster.client import current_worker, worker_name
+from ..errors import MVSError
 from .trailing import MapsGate, counts_or_none, fuse_beside_depth
 
 log = logging.getLogger(__name__)
@@ -171,8 +172,8 @@ class WorkerHostedFusion:
 
         client = self._client_arg if hasattr(self._client_arg, "submit") else self._client_arg()
         workers = sorted(client.scheduler_info().get("workers", {}))
-        if not workers:
-            raise RuntimeError("the cluster has no worker to host fusion")
+        if not workers:   # (open_client fails first for a local cluster whose workers did not start)
+            raise MVSError("cluster: no worker to host fusion beside the depth stage (every worker is gone)")
         self.host = workers[0]
         token = uuid.uuid4().hex
         self.gate = ForwardingGate(client, self.host, token, self._args[-1])

@@ -285,6 +285,23 @@ def test_local_workers_share_the_cores_unless_pinned(monkeypatch):
         assert list(client.run(numba_threads).values()) == [str(cores)]   # pinned, at most the machine's
 
 
+def test_a_local_cluster_whose_workers_did_not_start_fails_in_one_line(scene, tmp_path, monkeypatch, capsys):
+    """distributed only logs a worker process that failed to start; a run on such a cluster would wait for
+    tasks no worker takes. A local cluster with none of its workers up is one line naming the cause."""
+    import distributed  # noqa: PLC0415
+
+    real = distributed.LocalCluster
+    monkeypatch.setattr(distributed, "LocalCluster", lambda *a, **kw: real(*a, **{**kw, "n_workers": 0}))
+    with pytest.raises(MVSError, match="none of the local cluster's workers started"):
+        with open_client(ClusterConfig(kind="local", workers=1)):
+            pass
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(scene), "-o", str(out), *FAST, "--stages", "load,views,depth", "--cluster",
+                 "local", "--set", "cluster.workers=1"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the local cluster's workers started" in err and "Traceback" not in err, err
+
+
 def test_dask_logs_only_its_warnings_unless_verbose(scene, tmp_path):
     """The command's own output on --cluster: Dask's INFO lines (scheduler, nanny, client) show with
     -v only. In a fresh interpreter, where the CLI configures logging itself (not pytest)."""
