@@ -156,6 +156,27 @@ def pass_timeline(run: dict) -> dict:
     return out
 
 
+def fusion_trail(timeline_dir: Path, run: dict) -> dict | None:
+    """Where a fusion beside the depth stage stood as that stage ended (MVS_PIPELINE_FUSION_TIMELINE's
+    per-view times): views written / loaded / fused 2 s, 1 s and 0 s before its end, loads started after
+    it, and the median load. Why: a fusion tail after the depth stage is either maps not yet written
+    (the tasks' order) or written maps not yet loaded (the loaders' rate; session 38)."""
+    files = sorted(timeline_dir.glob("fusion_timeline_*.json"))
+    times = run.get("stage_unix_times", {}).get("depth")
+    if not files or not times:
+        return None
+    views = json.loads(files[-1].read_text()).values()
+    end = times[1]
+
+    def by(event: str) -> list[int]:
+        return [sum(1 for v in views if v.get(event, float("inf")) <= end - back) for back in (2, 1, 0)]
+
+    loads = sorted(v["load_end"] - v["load_start"] for v in views if "load_end" in v and "load_start" in v)
+    return {"written_by_end_minus_2_1_0_s": by("written"), "loaded": by("load_end"), "fused": by("fused"),
+            "loads_started_after": sum(1 for v in views if v.get("load_start", 0) > end),
+            "load_ms_median": round(1e3 * loads[len(loads) // 2], 1) if loads else None}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", default="courtyard", help="synthetic scene kind")
@@ -202,6 +223,10 @@ def main(argv=None) -> int:
         else:
             subprocess.run(["rm", "-rf", str(out)], check=True)
             sampler = GpuSampler(work / f"gpu_{mode}.csv") if args.gpu_stats else None
+            trail_dir = work / f"fusion_timeline_{out.name}"   # fusion_trail's input
+            subprocess.run(["rm", "-rf", str(trail_dir)], check=True)
+            trail_dir.mkdir(parents=True)
+            os.environ["MVS_PIPELINE_FUSION_TIMELINE"] = str(trail_dir)
             try:
                 wall = mvs("-q", "run", str(scene), "-o", str(out), "-c", args.config, *sets, *own_sets,
                            "--stages", args.stages, *MODES[name])
@@ -244,6 +269,7 @@ def main(argv=None) -> int:
                                          run["counts"].get("depth_seconds_by_category", {}).items()},
                      "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
                      "pass_timeline": pass_timeline(run),
+                     "fusion_trail": fusion_trail(work / f"fusion_timeline_{out.name}", run),
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),
