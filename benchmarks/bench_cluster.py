@@ -218,12 +218,12 @@ def main(argv=None) -> int:
         name, _, own = mode.partition(":")
         own_sets = [a for kv in own.split(";") if kv for a in ("--set", kv)]
         out = work / ("out_" + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in mode))
+        trail_dir = work / f"fusion_timeline_{out.name}"   # fusion_trail's input (MVS_PIPELINE_FUSION_TIMELINE)
         if args.keep and (out / "run.json").is_file():   # measured by an earlier call (split over commands)
             wall = float("nan")
         else:
             subprocess.run(["rm", "-rf", str(out)], check=True)
             sampler = GpuSampler(work / f"gpu_{mode}.csv") if args.gpu_stats else None
-            trail_dir = work / f"fusion_timeline_{out.name}"   # fusion_trail's input
             subprocess.run(["rm", "-rf", str(trail_dir)], check=True)
             trail_dir.mkdir(parents=True)
             os.environ["MVS_PIPELINE_FUSION_TIMELINE"] = str(trail_dir)
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
                                          run["counts"].get("depth_seconds_by_category", {}).items()},
                      "depth_pass_seconds": {k: round(v, 2) for k, v in run["counts"].get("depth_pass_seconds", {}).items()},
                      "pass_timeline": pass_timeline(run),
-                     "fusion_trail": fusion_trail(work / f"fusion_timeline_{out.name}", run),
+                     "fusion_trail": fusion_trail(trail_dir, run),
                      "maps": len(digests), "identical_to": ref_mode if digests == ref_digests else "DIFFERENT",
                      **({"cloud_points": run["counts"].get("fused_points"),
                          "cloud_same_as": ref_cloud[0] if same_point_set(cloud, ref_cloud[1]) else "DIFFERENT"} if cloud else {}),

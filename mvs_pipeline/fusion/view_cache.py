@@ -135,13 +135,7 @@ class ViewCache:
         if not self.read_ahead:
             self.gate.wait(v)
             return
-        seen_written = -1
-        while not self.gate.wait(v, timeout=GATE_POLL_SECONDS):
-            done = any(fut.done() for fut in self.pending.values())
-            if done or self.gate.written_count() != seen_written:   # else nothing new to load: no scan
-                seen_written = self.gate.written_count()
-                self._prefetch(step - 1)
-            self._make_finished_resident(step, needed)
+        self._read_ahead_until(lambda: self.gate.wait(v, timeout=GATE_POLL_SECONDS), step, needed)
 
     def _wait_for_load(self, v: int, step: int, needed: list[int]) -> None:
         """Beside the depth stage, with read-ahead: until view v's load is done, make the other finished loads
@@ -152,13 +146,26 @@ class ViewCache:
         if not self.read_ahead:
             return
         fut = self.pending[v]
-        while not fut.done():
-            self._make_finished_resident(step, needed, skip=v)
-            self._prefetch(step - 1)
+
+        def loaded() -> bool:
             try:
-                fut.exception(timeout=GATE_POLL_SECONDS)
+                fut.exception(timeout=GATE_POLL_SECONDS)   # returns (the error or None) once the load ended
             except TimeoutError:
-                pass
+                return False
+            return True
+
+        self._read_ahead_until(loaded, step, needed, skip=v)
+
+    def _read_ahead_until(self, ready, step: int, needed: list[int], skip: int | None = None) -> None:
+        """Until ready() (which waits up to GATE_POLL_SECONDS) says so: the finished loads (but `skip`'s) made
+        resident, and the next written views' loads started whenever a load finished or a map was written."""
+        seen_written = -1
+        while not ready():
+            finished = any(u != skip and fut.done() for u, fut in self.pending.items())
+            self._make_finished_resident(step, needed, skip)
+            if finished or self.gate.written_count() != seen_written:   # else nothing new to load: no scan
+                seen_written = self.gate.written_count()
+                self._prefetch(step - 1)
 
     def _make_finished_resident(self, step: int, needed: list[int], skip: int | None = None) -> None:
         """The finished loads made resident, nearest use first, while there is room without evicting."""
