@@ -30,6 +30,8 @@ SCORE_PIXELS = 1024   # depths each hypothesis is scored on (a random subset of 
 MAX_PLANES = 4   # planes per region; min_share counts the whole region's depths, so at its default 0.4 at most two
 #                   qualify (counting what is left instead: room_seen CPU F1 +2.7 pp, accuracy -1.6 pp; session 33)
 VOTE_WINDOW = 15   # px: a region's depth goes to the plane holding most of its depths in this box around it
+REFINE_ROUNDS = 2   # least-squares refits on the plane's depths within refine_sigmas robust deviations of it
+REFINE_FLOOR = 1e-3   # fraction: the refit's band never narrows below this (noise-free depths: a plane of any three)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class WeakPlanes:
     min_share: float   # fraction of the region's depths a plane must hold
     min_area: float    # fraction of the image's pixels: regions with fewer depths are left alone
     reach: float = 0.0  # fraction: a depth on no plane takes the plane voted around it within this (0: none do)
+    refine_sigmas: float = 0.0  # robust deviations: the plane's refit band (0: all its inliers within tolerance)
 
 
 def weak_planes_of(cfg) -> WeakPlanes | None:
@@ -47,7 +50,7 @@ def weak_planes_of(cfg) -> WeakPlanes | None:
         return None
     reach = cfg.weak_plane_reach
     return WeakPlanes(cfg.weak_plane_texture, cfg.weak_plane_tolerance, cfg.weak_plane_min_share,
-                      cfg.weak_plane_min_area, float("inf") if reach is None else reach)
+                      cfg.weak_plane_min_area, float("inf") if reach is None else reach, cfg.weak_plane_refine_sigmas)
 
 
 def plane_depth(coef: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -69,10 +72,10 @@ def _inliers(coef, u, v, d, tolerance: float) -> np.ndarray:
     return np.abs(d - plane_depth(coef, u, v)) <= tolerance * d
 
 
-def fit_plane(u, v, d, tolerance: float, rng) -> tuple[np.ndarray | None, np.ndarray | None]:
+def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(coef, inlier mask over all given depths) of the RANSAC plane with the most inliers among HYPOTHESES drawn
     from three depths each (scored at once on up to SCORE_PIXELS of the depths), refitted by least squares on its
-    inliers (inverse depth); (None, None) if none fits."""
+    inliers (inverse depth; with refine_sigmas, see refit); (None, None) if none fits."""
     n = len(d)
     if n < 3:
         return None, None
@@ -93,8 +96,29 @@ def fit_plane(u, v, d, tolerance: float, rng) -> tuple[np.ndarray | None, np.nda
     if counts[best] < 3:
         return None, None
     inl = _inliers(coefs[best], u, v, d, tolerance)
-    coef = _least_squares(u[inl], v[inl], d[inl])
+    coef = refit(u[inl], v[inl], d[inl], tolerance, refine_sigmas)
     return coef, _inliers(coef, u, v, d, tolerance)
+
+
+def refit(u, v, d, tolerance: float, refine_sigmas: float) -> np.ndarray:
+    """Least-squares plane (inverse depth) of depths d at (u, v) that lie within `tolerance` of a plane; with
+    refine_sigmas > 0, refitted REFINE_ROUNDS times on those within refine_sigmas robust standard deviations
+    (1.4826 x the median absolute deviation) of the relative residuals, a band of at most `tolerance`.
+    Why: the tolerance must be wide enough to gather a noisy wall's depths (3 % at 320x240), and within that band
+    the depths of what stands in front of the wall or meets it pull a least-squares plane off the wall; the wall's
+    own noise, measured on the region, is the band that separates them."""
+    coef = _least_squares(u, v, d)
+    if refine_sigmas <= 0:
+        return coef
+    for _ in range(REFINE_ROUNDS):
+        r = d / plane_depth(coef, u, v) - 1.0   # relative residual (a plane behind the camera: -1, never kept)
+        r0 = np.median(r)
+        band = min(tolerance, max(REFINE_FLOOR, refine_sigmas * 1.4826 * float(np.median(np.abs(r - r0)))))
+        keep = np.abs(r) <= band
+        if np.count_nonzero(keep) < 3:
+            break
+        coef = _least_squares(u[keep], v[keep], d[keep])
+    return coef
 
 
 def _least_squares(u, v, d) -> np.ndarray:
@@ -133,7 +157,7 @@ def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, weak: np.ndarray, K:
         planes = _region_planes(depth, ys, xs, rows, params, min_pixels, rng)
         if planes:
             snapped += _snap_region(depth, normal, ys, xs, rows, planes, params.tolerance,
-                                    max(params.tolerance, params.reach), K)
+                                    max(params.tolerance, params.reach), K, params.refine_sigmas)
     return snapped
 
 
@@ -151,7 +175,7 @@ def _region_planes(depth, ys, xs, rows, params: WeakPlanes, min_pixels: int, rng
             break
         y, x = ys[left], xs[left]
         u, v = _centres(y, x)
-        coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng)
+        coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng, params.refine_sigmas)
         if coef is None or np.count_nonzero(inl) < need:
             break
         planes.append((coef, left[inl]))
@@ -165,7 +189,8 @@ def _snap(depth, normal, y, x, coef, K) -> None:
     normal[y, x] = plane_normal(coef, K).astype(np.float32)
 
 
-def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: float, K) -> int:
+def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: float, K,
+                 refine_sigmas: float = 0.0) -> int:
     """Each depth of a region onto the plane that holds most of the region's depths around it in the image (a
     VOTE_WINDOW box: a depth of one wall that happens to lie on the other wall's plane does not decide), where it
     lies within `reach` of that plane's depth (the tolerance: the plane's inliers on its own side); the pixels
@@ -188,7 +213,7 @@ def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: f
         if len(planes) > 1:   # refitted on its inliers on its own side (the other wall's near the crease left out)
             own = _inliers(coef, u, v, d, tolerance)
             if np.count_nonzero(own) >= 3:
-                coef = _least_squares(u[own], v[own], d[own])
+                coef = refit(u[own], v[own], d[own], tolerance, refine_sigmas)
         near = _inliers(coef, u, v, d, reach)
         _snap(depth, normal, y[mine][near], x[mine][near], coef, K)
         changed += int(np.count_nonzero(near))
