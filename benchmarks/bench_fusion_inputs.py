@@ -13,12 +13,15 @@ the sky. Rows:
   read_depth ...      each step alone on the same inputs, as load_view runs it (halo_edge is part of halo)
   threads N           wall ms per view of all views loaded REPEAT x ROUNDS times by a pool of N threads
                       (throughput, as fusion's _ViewCache loads them; --cv-threads sets cv2.setNumThreads)
+  processes N         the same by a pool of N processes (--processes), each view's arrays pickled back to this
+                      one: the ceiling of loads that no GIL of fusion's process holds up (issue #36's 2-GPU tail)
 
 Single calls are timed --repeat times after one untimed call: wall clock (best, median, range) and process
 CPU time of all threads (best, median; OpenCV's own threads included), which a shared machine disturbs less.
 
     python benchmarks/bench_fusion_inputs.py --scene /tmp/lv_scene --workdir /tmp/lv_maps --repeat 7
     python benchmarks/bench_fusion_inputs.py --scene /tmp/lv_scene --threads 1,2,4 --cv-threads -1,1
+    python benchmarks/bench_fusion_inputs.py --scene /tmp/lv_scene --views 16 --no-steps --threads 1,4,8,16 --processes 4,8,16
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -41,6 +44,8 @@ from mvs_pipeline.fusion.halo import halo_pixels
 from mvs_pipeline.fusion.halo_edge import OPEN_BACKGROUND_SHARE, open_regions
 from mvs_pipeline.fusion.inputs import ViewInputs, load_view, local_grey_std
 from mvs_pipeline.fusion.speckles import min_segment_pixels, small_segments
+from mvs_pipeline.fusion.weak_planes import snap_weak_planes, weak_planes_of
+from mvs_pipeline.io.colmap_model import read_model_files
 from mvs_pipeline.io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map
 from mvs_pipeline.io.photos import read_colour
 
@@ -76,8 +81,19 @@ def damaged(depth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return d
 
 
+def intrinsics_by_name(scene: Path) -> dict:
+    """image name -> (fx, fy, cx, cy) of the scene's sparse model (the weak planes need them)."""
+    model = read_model_files(scene / "sparse" / "0")
+    out = {}
+    for name, camera_id in zip(model.images.names, model.images.camera_ids):
+        K = model.cameras[int(camera_id)].calibration_matrix()
+        out[name] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
+    return out
+
+
 def prepare(scene: Path, workdir: Path) -> list[ViewInputs]:
     names = sorted(p.stem for p in (scene / "gt" / "depth").glob("*.npy"))
+    intrinsics = intrinsics_by_name(scene)
     rng = np.random.default_rng(0)
     inputs = []
     for i, name in enumerate(names):
@@ -94,7 +110,7 @@ def prepare(scene: Path, workdir: Path) -> list[ViewInputs]:
         n[d <= 0] = 0
         write_depth_map(depth_path, d, durable=False)
         write_normal_map(normal_path, n, durable=False)
-        inputs.append(ViewInputs(i, image.name, w, h, depth_path, normal_path, image, None))
+        inputs.append(ViewInputs(i, image.name, w, h, depth_path, normal_path, image, None, intrinsics[image.name]))
     return inputs
 
 
@@ -145,7 +161,31 @@ def steps(inp: ViewInputs, f: dict, repeat: int) -> list[tuple[str, list[float]]
                                     repeat)),
             ("  open_regions", timed(lambda: open_regions(background, OPEN_BACKGROUND_SHARE * background.size),
                                      repeat))]
+    planes = f.get("weak_planes")
+    if planes is not None:
+        normal = read_normal_map(inp.normal_path)
+        weak = low_texture(bgr, planes.texture)
+        fx, fy, cx, cy = inp.intrinsics
+        K = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+        rows.append(("weak_planes", timed(lambda: snap_weak_planes(depth.copy(), normal.copy(), weak, K, planes,
+                                                                   seed=inp.view_idx), repeat)))
     return rows
+
+
+def _load(job: tuple[ViewInputs, dict]):
+    inp, f = job
+    return load_view(inp, **f)
+
+
+def processes_row(inputs: list[ViewInputs], f: dict, processes: int, rounds: int) -> tuple[float, float]:
+    """Wall ms per view of loading every view `rounds` times in `processes` worker processes (results pickled
+    back), and this process's CPU ms per view (unpickling the arrays)."""
+    jobs = [(i, f) for i in inputs * rounds]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        list(pool.map(_load, jobs[:processes]))   # start and warm the workers
+        t0, c0 = time.perf_counter(), time.process_time()
+        list(pool.map(_load, jobs))
+        return (time.perf_counter() - t0) * 1e3 / len(jobs), (time.process_time() - c0) * 1e3 / len(jobs)
 
 
 def threads_row(inputs: list[ViewInputs], f: dict, threads: int, rounds: int) -> tuple[float, float]:
@@ -168,6 +208,7 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2", help="loader thread counts to measure (empty: none)")
     ap.add_argument("--rounds", type=int, default=3, help="loads of every view per thread-count measurement")
     ap.add_argument("--cv-threads", default="", help="cv2.setNumThreads values for the thread rows (-1: default)")
+    ap.add_argument("--processes", default="", help="loader process counts to measure (empty: none)")
     ap.add_argument("--no-steps", action="store_true", help="skip the per-step rows")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -177,7 +218,7 @@ def main() -> int:
     inputs = prepare(args.scene, args.workdir or args.scene / "bench_maps")
     cfg = load_config(None).fusion
     f = dict(min_texture=cfg.min_texture, min_segment=cfg.min_segment, segment_depth_step=cfg.segment_depth_step,
-             halo_radius=cfg.halo_radius, halo_edge=cfg.halo_edge)
+             halo_radius=cfg.halo_radius, halo_edge=cfg.halo_edge, weak_planes=weak_planes_of(cfg))
     inp = inputs[-1]   # the view with the most sky (the street's last) has the most halo work
     print(f"{len(inputs)} views {inp.width}x{inp.height}, {os.cpu_count()} CPU(s), "
           f"cv2 {cv2.__version__} ({cv2.getNumThreads()} threads), filters {f}")
@@ -195,6 +236,9 @@ def main() -> int:
             label = f"threads {n}" + (f" cv {cv_threads}" if cv_threads is not None else "")
             print(row(label, ms) + " per view")
     cv2.setNumThreads(default_cv)
+    for n in [int(v) for v in args.processes.split(",") if v]:
+        ms = tuple(zip(*[processes_row(inputs, f, n, args.rounds) for _ in range(max(1, args.repeat // 2))]))
+        print(row(f"processes {n}", ms) + " per view (CPU: this process's)")
     return 0
 
 
