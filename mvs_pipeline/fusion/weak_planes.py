@@ -6,7 +6,8 @@ agreement keeps those that happen to agree. A wall is a plane over a region with
 weakly textured regions (connected pixels whose 11x11 grey-level standard deviation is below `texture`, fusion's
 min_texture measure) are fitted with planes: RANSAC on the inverse depth, which is affine in the pixel for a plane
 (1/z = a u + b v + c), one plane after another while one holds at least `min_share` of the region's depths within
-`tolerance` of the plane's. Each depth of the region then goes to the plane that holds most of the region's depths
+`tolerance` of the plane's; each plane is then refitted on the depths within `refine_sigmas` robust deviations of it
+(the region's own noise: what stands before the wall within the tolerance no longer pulls it). Each depth of the region then goes to the plane that holds most of the region's depths
 in a box around it (so a depth of one wall that lies by chance on the other wall's plane stays with its own wall),
 and takes that plane's depth and normal where it lies within `tolerance` of it (within `reach`, when larger: the
 gross errors too). The other pixels, and regions with no such plane, keep their maps. Regions with texture are
