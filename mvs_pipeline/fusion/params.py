@@ -143,6 +143,17 @@ class FusionConfig:
         "with weak_planes: refit each plane on its depths within this many robust standard deviations of it (the "
         "region's own noise, at most weak_plane_tolerance); 0 = on every depth within weak_plane_tolerance",
         "robust standard deviations", (0.0, 10.0)))
+    # A lead, not measured on the GPU yet (session 39, CPU maps of room_seen 320x240 seed 0; BENCHMARKS.md): 0.4 with
+    # weak_plane_refine_sigmas 1 gave F1 / accuracy at 2 cm 0.787 / 0.964 -> 0.821 / 0.948 (far walls of regions
+    # that span two walls got their plane; one noisy plane made most of the accuracy lost)
+    weak_plane_later_share: float | None = field(default=None, metadata=meta(
+        "with weak_planes: a region's second and later planes must hold this share of the depths no earlier plane "
+        "holds (sequential RANSAC); null = weak_plane_min_share of the whole region, as the first plane",
+        "fraction", (0.05, 1.0)))
+    weak_plane_score: Literal["inliers", "msac"] = field(default="inliers", metadata=meta(
+        "with weak_planes: how RANSAC ranks a region's candidate planes: inliers = most depths within "
+        "weak_plane_tolerance; msac = least sum of squared relative residuals capped at the tolerance (a plane "
+        "straddling two walls within the band loses to either wall's)"))
     weak_plane_min_area: float = field(default=0.0025, metadata=meta(
         "with weak_planes: regions with fewer depths than this share of the image's pixels are left alone",
         "fraction", (0.0, 1.0)))

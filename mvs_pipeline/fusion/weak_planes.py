@@ -43,6 +43,8 @@ class WeakPlanes:
     min_area: float    # fraction of the image's pixels: regions with fewer depths are left alone
     reach: float = 0.0  # fraction: a depth on no plane takes the plane voted around it within this (0: none do)
     refine_sigmas: float = 0.0  # robust deviations: the plane's refit band (0: all its inliers within tolerance)
+    later_share: float | None = None  # fraction of the depths left: a second or later plane's need (None: min_share)
+    score: str = "inliers"  # RANSAC's hypothesis score: "inliers" (count within tolerance) or "msac" (truncated squares)
 
 
 def weak_planes_of(cfg) -> WeakPlanes | None:
@@ -51,7 +53,8 @@ def weak_planes_of(cfg) -> WeakPlanes | None:
         return None
     reach = cfg.weak_plane_reach
     return WeakPlanes(cfg.weak_plane_texture, cfg.weak_plane_tolerance, cfg.weak_plane_min_share,
-                      cfg.weak_plane_min_area, float("inf") if reach is None else reach, cfg.weak_plane_refine_sigmas)
+                      cfg.weak_plane_min_area, float("inf") if reach is None else reach, cfg.weak_plane_refine_sigmas,
+                      cfg.weak_plane_later_share, cfg.weak_plane_score)
 
 
 def plane_depth(coef: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -73,10 +76,13 @@ def _inliers(coef, u, v, d, tolerance: float) -> np.ndarray:
     return np.abs(d - plane_depth(coef, u, v)) <= tolerance * d
 
 
-def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0) -> tuple[np.ndarray | None, np.ndarray | None]:
+def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0,
+              score_by: str = "inliers") -> tuple[np.ndarray | None, np.ndarray | None]:
     """(coef, inlier mask over all given depths) of the RANSAC plane with the most inliers among HYPOTHESES drawn
     from three depths each (scored at once on up to SCORE_PIXELS of the depths), refitted by least squares on its
-    inliers (inverse depth; with refine_sigmas, see refit); (None, None) if none fits."""
+    inliers (inverse depth; with refine_sigmas, see refit); (None, None) if none fits. score_by "msac": the plane
+    with the least sum of squared relative residuals, each capped at the tolerance's (MSAC: of two planes holding
+    as many depths, the one they lie closer to; a plane straddling two surfaces within the band loses to either)."""
     n = len(d)
     if n < 3:
         return None, None
@@ -92,8 +98,12 @@ def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0) -> tup
     plane_inv = coefs @ design[score].T   # [k, S] inverse depths of every hypothesis at the scored pixels
     ds = d[score]
     with np.errstate(divide="ignore"):   # a plane behind the camera: a negative or infinite depth, never within
-        counts = np.count_nonzero(np.abs(ds - 1.0 / plane_inv) <= tolerance * ds, axis=1)
-    best = int(np.argmax(counts))
+        rel = np.abs(ds - 1.0 / plane_inv) / ds
+    counts = np.count_nonzero(rel <= tolerance, axis=1)
+    if score_by == "msac":
+        best = int(np.argmin(np.minimum(np.nan_to_num(rel, nan=np.inf) / tolerance, 1.0) ** 2 @ np.ones(len(ds))))
+    else:
+        best = int(np.argmax(counts))
     if counts[best] < 3:
         return None, None
     inl = _inliers(coefs[best], u, v, d, tolerance)
@@ -168,15 +178,19 @@ def _centres(y, x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _region_planes(depth, ys, xs, rows, params: WeakPlanes, min_pixels: int, rng):
-    """[(coef, rows on it)] of one region: planes one after another while one holds min_share of its depths."""
+    """[(coef, rows on it)] of one region: planes one after another while one holds min_share of its depths (with
+    later_share, a second or later plane that share of the depths no earlier plane holds: sequential RANSAC)."""
     need = max(min_pixels, int(np.ceil(params.min_share * len(rows))))
     planes, left = [], rows
-    for _ in range(MAX_PLANES):
+    for k in range(MAX_PLANES):
+        if k > 0 and params.later_share is not None:
+            need = max(min_pixels, int(np.ceil(params.later_share * len(left))))
         if len(left) < need:
             break
         y, x = ys[left], xs[left]
         u, v = _centres(y, x)
-        coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng, params.refine_sigmas)
+        coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng, params.refine_sigmas,
+                              params.score)
         if coef is None or np.count_nonzero(inl) < need:
             break
         planes.append((coef, left[inl]))

@@ -231,3 +231,28 @@ def test_the_refit_band_without_outliers_is_the_least_squares_plane():
     for sigmas in (0.0, 2.0):
         coef, _ = fit_plane(u.ravel(), v.ravel(), d.ravel(), 0.03, np.random.default_rng(0), sigmas)
         np.testing.assert_allclose(plane_depth(coef, u, v), depth, rtol=0.0015)
+
+
+def test_later_share_gives_a_third_wall_its_plane():
+    """One weak region over three walls holding 55 / 30 / 15 % of its depths (a corner seen with a far wall): at
+    min_share 0.4 of the region only the first wall gets a plane and the others keep their noisy depths; with
+    later_share 0.4 (of the depths no earlier plane holds, sequential RANSAC) the rest get planes too, but ranked by
+    their inliers the second plane straddles walls 2 and 3 (both within its 3 % band: more depths than wall 2 alone);
+    ranked by MSAC each wall gets its own plane and every depth lands on its wall."""
+    K = intrinsics(W, H)
+    walls = [plane_maps(K, np.eye(3), np.zeros(3), W, H, plane_n=n, plane_c=-3.0)
+             for n in ((0.6, 0.0, -1.0), (0.0, 0.0, -1.0), (-0.6, 0.0, -1.0))]
+    col = np.arange(W)[None, :].repeat(H, 0)
+    which = np.where(col < int(0.55 * W), 0, np.where(col < int(0.85 * W), 1, 2))
+    depth = np.choose(which, [w[0] for w in walls])
+    normal = np.choose(which[..., None], [w[1] for w in walls])
+    d, n, _ = _corrupt(depth, normal, np.random.default_rng(11), gross_share=0.0)
+    off = {}   # median relative depth error per wall after snapping
+    for later, score in ((None, "inliers"), (0.4, "inliers"), (0.4, "msac"), (None, "msac")):
+        dd, nn = d.copy(), n.copy()
+        snap_weak_planes(dd, nn, ALL_WEAK, K, WeakPlanes(4.0, 0.03, 0.4, 0.0025, 0.0, 0.0, later, score), seed=0)
+        off[later, score] = [float(np.median(np.abs(dd[which == k] / depth[which == k] - 1))) for k in range(3)]
+    for key in ((None, "inliers"), (None, "msac")):
+        assert off[key][0] < 0.001 and min(off[key][1:]) > 0.004   # the 1 % noise (median 0.5 %) left on walls 2, 3
+    assert off[0.4, "inliers"][0] < 0.001 and max(off[0.4, "inliers"][1:]) > 0.003   # a plane between walls 2 and 3
+    assert max(off[0.4, "msac"]) < 0.001
