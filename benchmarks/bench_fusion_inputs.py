@@ -45,9 +45,9 @@ from mvs_pipeline.fusion.halo_edge import OPEN_BACKGROUND_SHARE, open_regions
 from mvs_pipeline.fusion.inputs import ViewInputs, load_view, local_grey_std
 from mvs_pipeline.fusion.speckles import min_segment_pixels, small_segments
 from mvs_pipeline.fusion.weak_planes import snap_weak_planes, weak_planes_of
-from mvs_pipeline.io.colmap_model import read_model_files
 from mvs_pipeline.io.colmap_maps import read_depth_map, read_normal_map, write_depth_map, write_normal_map
 from mvs_pipeline.io.photos import read_colour
+from mvs_pipeline.scene.workspace import read_scene
 
 try:
     from mvs_pipeline.fusion.inputs import low_texture
@@ -81,19 +81,9 @@ def damaged(depth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return d
 
 
-def intrinsics_by_name(scene: Path) -> dict:
-    """image name -> (fx, fy, cx, cy) of the scene's sparse model (the weak planes need them)."""
-    model = read_model_files(scene / "sparse" / "0")
-    out = {}
-    for name, camera_id in zip(model.images.names, model.images.camera_ids):
-        K = model.cameras[int(camera_id)].calibration_matrix()
-        out[name] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
-    return out
-
-
 def prepare(scene: Path, workdir: Path) -> list[ViewInputs]:
     names = sorted(p.stem for p in (scene / "gt" / "depth").glob("*.npy"))
-    intrinsics = intrinsics_by_name(scene)
+    views = {v.name: v for v in read_scene(scene / "images", scene / "sparse" / "0").views}   # K: the weak planes
     rng = np.random.default_rng(0)
     inputs = []
     for i, name in enumerate(names):
@@ -110,7 +100,9 @@ def prepare(scene: Path, workdir: Path) -> list[ViewInputs]:
         n[d <= 0] = 0
         write_depth_map(depth_path, d, durable=False)
         write_normal_map(normal_path, n, durable=False)
-        inputs.append(ViewInputs(i, image.name, w, h, depth_path, normal_path, image, None, intrinsics[image.name]))
+        K = views[image.name].K
+        inputs.append(ViewInputs(i, image.name, w, h, depth_path, normal_path, image, None,
+                                 (float(K[0, 0]), float(K[1, 1]), float(K[0, 2]), float(K[1, 2]))))
     return inputs
 
 
