@@ -29,7 +29,8 @@ HYPOTHESES = 128   # RANSAC draws per plane: a plane holding 30 % of a region is
 SCORE_PIXELS = 1024   # depths each hypothesis is scored on (a random subset of the region's; 4096 took twice the time for
 #                       the same planes: room_seen F1 0.7459 against 0.7443 on the CPU maps); inliers on all after
 MAX_PLANES = 4   # planes per region; min_share counts the whole region's depths, so at its default 0.4 at most two
-#                   qualify (counting what is left instead: room_seen CPU F1 +2.7 pp, accuracy -1.6 pp; session 33)
+#                   qualify (counting what is left instead, later_share: room_seen CPU F1 +2.7 pp, accuracy -1.6 pp in
+#                   session 33; +1.2 / -2.4 pp at 0.4 in session 39, +3.4 / -1.6 pp with refine_sigmas 1)
 VOTE_WINDOW = 15   # px: a region's depth goes to the plane holding most of its depths in this box around it
 REFINE_ROUNDS = 2   # least-squares refits on the plane's depths within refine_sigmas robust deviations of it
 REFINE_FLOOR = 1e-3   # fraction: the refit's band never narrows below this (noise-free depths: a plane of any three)
@@ -101,7 +102,7 @@ def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0,
         rel = np.abs(ds - 1.0 / plane_inv) / ds
     counts = np.count_nonzero(rel <= tolerance, axis=1)
     if score_by == "msac":
-        best = int(np.argmin(np.minimum(np.nan_to_num(rel, nan=np.inf) / tolerance, 1.0) ** 2 @ np.ones(len(ds))))
+        best = int(np.argmin((np.minimum(np.nan_to_num(rel, nan=np.inf) / tolerance, 1.0) ** 2).sum(axis=1)))
     else:
         best = int(np.argmax(counts))
     if counts[best] < 3:
