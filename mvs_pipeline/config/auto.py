@@ -16,6 +16,7 @@ The rules (the why is in each params.py):
   num_neighbors), at least 1;
 - fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
   all, else true;
+- fusion.weak_plane_tolerance: 0.03 x 256 / the views' median focal length in px, within 0.01..0.03;
 - mesh.closed: true with mesh.method poisson and object silhouettes (fusion.mask_silhouettes with a
   fusion.mask_dir), else false (from the config alone, resolved here so that it is recorded like the others).
 """
@@ -26,9 +27,11 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
-from ..fusion.params import auto_consume_pixels, auto_min_consistent
-from ..io.image_size import pixels_in_all
+from ..fusion.params import auto_consume_pixels, auto_min_consistent, auto_weak_plane_tolerance
+from ..io.image_size import pixels_in_all, rescaled_size
 from ..mesh.params import auto_closed
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
@@ -36,13 +39,13 @@ from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
 AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median", "fusion.min_consistent",
-             "fusion.consume_pixels", "mesh.closed")
+             "fusion.consume_pixels", "fusion.weak_plane_tolerance", "mesh.closed")
 
 
 @dataclass(frozen=True)
 class AutoValue:
     key: str  # dotted, as in the YAML
-    value: int | bool
+    value: int | float | bool
     reason: str
 
     @property
@@ -56,6 +59,16 @@ def long_side(cfg: PipelineConfig, scene: Scene) -> int:
     already within max_image_size; an input workspace (`info`) is capped here the same way."""
     side = max(max(v.width, v.height) for v in scene.views)
     return min(side, cfg.max_image_size) if cfg.max_image_size is not None else side
+
+
+def median_focal(cfg: PipelineConfig, scene: Scene) -> float:
+    """The views' median focal length in px ((fx + fy) / 2), as the depth stage will see them: an input workspace
+    (`info`) rescaled by the load stage's max_image_size rule, a prepared scene as it is."""
+    focals = []
+    for v in scene.views:
+        width, _ = rescaled_size(v.width, v.height, cfg.max_image_size)
+        focals.append(0.5 * (v.K[0, 0] + v.K[1, 1]) * width / v.width)
+    return float(np.median(focals))
 
 
 def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
@@ -89,6 +102,10 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
+    if fusion.weak_plane_tolerance == "auto":
+        value, reason = auto_weak_plane_tolerance(median_focal(cfg, scene))
+        fusion = dataclasses.replace(fusion, weak_plane_tolerance=value)
+        resolved.append(AutoValue("fusion.weak_plane_tolerance", value, reason))
     if mesh.closed == "auto":
         value, reason = auto_closed(mesh.method, fusion.silhouettes)
         mesh = dataclasses.replace(mesh, closed=value)

@@ -47,6 +47,25 @@ def auto_consume_pixels(total_pixels: int) -> tuple[bool, str]:
     return True, f"{mpx} Mpx of images in all, above {limit} Mpx: a pixel that joined a point is used up"
 
 
+# `weak_plane_tolerance: auto`: the band that gathers a weakly textured wall's depths into a plane. Matching's depth
+# noise is a fraction of a pixel of disparity, so as a share of the depth it shrinks as 1 / the focal length in px
+# for the same capture: 3 % at 256 px (320x240 at 64 degrees), where a noisy wall needs it to be found at all; at twice
+# the focal length the same band also gathers what stands before the wall. The floor keeps a band the suite measured
+# (DTU at 2892 px: 0.01 and 0.03 within 0.0003 of mask precision); the cap, small images' 3 % (0.05 lost everywhere).
+WEAK_PLANE_TOLERANCE_AT = (0.03, 256.0)   # (fraction, focal px)
+WEAK_PLANE_TOLERANCE_RANGE = (0.01, 0.03)
+
+
+def auto_weak_plane_tolerance(focal_px: float) -> tuple[float, str]:
+    """`fusion.weak_plane_tolerance: auto`: (value, reason) from the focal length in px (the views' median, as the
+    depth stage sees them; fusion/weak_planes.py applies the same rule per view when called directly)."""
+    share, at = WEAK_PLANE_TOLERANCE_AT
+    lo, hi = WEAK_PLANE_TOLERANCE_RANGE
+    value = round(min(hi, max(lo, share * at / focal_px)), 4)
+    return value, (f"focal length {focal_px:.4g} px: {share:g} x {at:g} / focal, within {lo:g}..{hi:g} "
+                   f"(matching's relative depth noise falls as 1 / focal)")
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     # Rules in stage.py and cpu.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
@@ -126,8 +145,13 @@ class FusionConfig:
     weak_plane_texture: float = field(default=4.0, metadata=meta(
         "with weak_planes: a region is connected pixels whose 11x11 grey-level standard deviation is below "
         "this", "grey levels", (0.0, 255.0)))
-    weak_plane_tolerance: float = field(default=0.03, metadata=meta(
-        "with weak_planes: a depth within this fraction of the plane's depth lies on it", "fraction", (0.001, 0.5)))
+    # auto since session 40 (H200, PatchMatch seeds 0-2, same maps per seed): 0.015 on the 640x480 rooms (focal 512 px)
+    # gave accuracy at 2 cm 0.940-0.952 -> 0.959-0.980 (room_seen F1 +0.3..+0.7 pp, room F1 -1.8..-2.3 pp); 0.02 and
+    # 0.015 cost the 320x240 rooms 0.6-9 pp F1 (their 0.03 kept); objects, courtyards and DTU the same within 0.001
+    weak_plane_tolerance: float | Literal["auto"] = field(default="auto", metadata=meta(
+        "with weak_planes: a depth within this fraction of the plane's depth lies on it; auto = "
+        "0.03 x 256 / the focal length in px, within 0.01..0.03 (params.auto_weak_plane_tolerance)",
+        "fraction", (0.001, 0.5)))
     weak_plane_min_share: float = field(default=0.4, metadata=meta(
         "with weak_planes: a plane must hold this share of its region's depths", "fraction", (0.05, 1.0)))
     # 0.3 since session 33 (H200 full suite, with the 10 degree angle): rooms' F1 +0.4-2.3 pp, objects,

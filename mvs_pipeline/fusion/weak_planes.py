@@ -20,10 +20,13 @@ seeded by the view, so both fuse the same maps. The maps on disk are not changed
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from .params import auto_weak_plane_tolerance
 
 HYPOTHESES = 128   # RANSAC draws per plane: a plane holding 30 % of a region is drawn with p > 0.97
 SCORE_PIXELS = 1024   # depths each hypothesis is scored on (a random subset of the region's; 4096 took twice the time for
@@ -39,7 +42,7 @@ REFINE_FLOOR = 1e-3   # fraction: the refit's band never narrows below this (noi
 @dataclass(frozen=True)
 class WeakPlanes:
     texture: float     # grey levels: weak below this 11x11 standard deviation
-    tolerance: float   # fraction: a depth within this of the plane's is an inlier
+    tolerance: float | None   # fraction: a depth within this of the plane's is an inlier (None: auto, by the view's focal)
     min_share: float   # fraction of the region's depths a plane must hold
     min_area: float    # fraction of the image's pixels: regions with fewer depths are left alone
     reach: float = 0.0  # fraction: a depth on no plane takes the plane voted around it within this (0: none do)
@@ -53,7 +56,8 @@ def weak_planes_of(cfg) -> WeakPlanes | None:
     if not cfg.weak_planes:
         return None
     reach = cfg.weak_plane_reach
-    return WeakPlanes(cfg.weak_plane_texture, cfg.weak_plane_tolerance, cfg.weak_plane_min_share,
+    tolerance = None if cfg.weak_plane_tolerance == "auto" else cfg.weak_plane_tolerance
+    return WeakPlanes(cfg.weak_plane_texture, tolerance, cfg.weak_plane_min_share,
                       cfg.weak_plane_min_area, float("inf") if reach is None else reach, cfg.weak_plane_refine_sigmas,
                       cfg.weak_plane_later_share, cfg.weak_plane_score)
 
@@ -152,6 +156,8 @@ def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, weak: np.ndarray, K:
     fusion.inputs.low_texture): a depth goes to the plane
     holding most of the region's depths around it and takes that plane's depth and normal where it lies within the
     tolerance of it (within params.reach, when larger). Returns the pixels changed."""
+    if params.tolerance is None:   # auto: the pipeline resolves it per scene (config/auto.py), direct callers per view
+        params = dataclasses.replace(params, tolerance=auto_weak_plane_tolerance(0.5 * (K[0, 0] + K[1, 1]))[0])
     rng = np.random.default_rng(seed)
     min_pixels = max(3, int(round(params.min_area * depth.size)))
     count, labels = weak_regions(weak)

@@ -256,3 +256,29 @@ def test_later_share_gives_a_third_wall_its_plane():
         assert off[key][0] < 0.001 and min(off[key][1:]) > 0.004   # the 1 % noise (median 0.5 %) left on walls 2, 3
     assert off[0.4, "inliers"][0] < 0.001 and max(off[0.4, "inliers"][1:]) > 0.003   # a plane between walls 2 and 3
     assert max(off[0.4, "msac"]) < 0.001
+
+
+def test_auto_tolerance_follows_the_focal_length():
+    """tolerance None (fusion.weak_plane_tolerance: auto): 0.03 x 256 / the view's focal length, within 0.01..0.03.
+    A patch 2 % behind a wall (0.3 % noise) lies within 3 % (focal 256 px: snapped onto the wall) but not within
+    1.5 % (512 px: kept); each run equals the one with that tolerance given."""
+    _, depth, normal = _tilted_wall()
+    patch = np.zeros((H, W), bool)
+    patch[H // 3:2 * H // 3, W // 3:2 * W // 3] = True   # a ninth of the image
+    noise = 1 + np.random.default_rng(7).normal(0, 0.003, depth.shape)
+    d0 = (np.where(patch, 1.02 * depth, depth) * noise).astype(np.float32)
+    results = {}
+    for focal, tolerance in ((256.0, 0.03), (512.0, 0.015)):
+        K = np.array([[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]])
+        runs = []
+        for tol in (None, tolerance):
+            dd, nn = d0.copy(), normal.astype(np.float32).copy()
+            snap_weak_planes(dd, nn, ALL_WEAK, K, WeakPlanes(4.0, tol, 0.4, 0.0025, refine_sigmas=2.0), seed=0)
+            runs.append((dd, nn))
+        np.testing.assert_array_equal(runs[0][0], runs[1][0])
+        np.testing.assert_array_equal(runs[0][1], runs[1][1])
+        results[focal] = runs[0][0]
+    assert np.abs(results[256.0] / depth - 1).max() < 0.001              # the patch went onto the wall
+    kept = results[512.0][patch] == d0[patch]
+    assert kept.mean() > 0.9   # the patch kept its depths, but for the noise's tail within 1.5 % (1.7 sigma: 5 %)
+    assert np.abs(results[512.0][~patch] / depth[~patch] - 1).max() < 0.001
