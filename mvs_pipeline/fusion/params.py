@@ -146,8 +146,8 @@ class FusionConfig:
         "with weak_planes: a region is connected pixels whose 11x11 grey-level standard deviation is below "
         "this", "grey levels", (0.0, 255.0)))
     # auto since session 40 (H200, PatchMatch seeds 0-2, same maps per seed): 0.015 on the 640x480 rooms (focal 512 px)
-    # gave accuracy at 2 cm 0.940-0.952 -> 0.959-0.980 (room_seen F1 +0.3..+0.7 pp, room F1 -1.8..-2.3 pp); 0.02 and
-    # 0.015 cost the 320x240 rooms 0.6-9 pp F1 (their 0.03 kept); objects, courtyards and DTU the same within 0.001
+    # gave accuracy at 2 cm 0.940-0.965 -> 0.959-0.980 (room_seen F1 +0.3..+0.9 pp, room F1 -1.8..-3.6 pp); 0.02 and
+    # 0.015 cost the 320x240 rooms 0.6-9 pp F1 (their 0.03 kept); objects, courtyards, DTU and Sceaux within 0.001
     weak_plane_tolerance: float | Literal["auto"] = field(default="auto", metadata=meta(
         "with weak_planes: a depth within this fraction of the plane's depth lies on it; auto = "
         "0.03 x 256 / the focal length in px, within 0.01..0.03 (params.auto_weak_plane_tolerance)",
