@@ -16,6 +16,7 @@ The rules (the why is in each params.py):
   num_neighbors), at least 1;
 - fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
   all, else true;
+- fusion.max_normal_angle: 10 x 512 / the views' median focal length in px, within 10..20 degrees;
 - fusion.weak_plane_tolerance: 0.03 x 256 / the views' median focal length in px, within 0.01..0.03;
 - mesh.closed: true with mesh.method poisson and object silhouettes (fusion.mask_silhouettes with a
   fusion.mask_dir), else false (from the config alone, resolved here so that it is recorded like the others).
@@ -30,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
-from ..fusion.params import auto_consume_pixels, auto_min_consistent, auto_weak_plane_tolerance
+from ..fusion.params import (auto_consume_pixels, auto_max_normal_angle, auto_min_consistent,
+                             auto_weak_plane_tolerance)
 from ..io.image_size import pixels_in_all, rescaled_size
 from ..mesh.params import auto_closed
 from ..scene.scene import Scene
@@ -39,7 +41,7 @@ from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
 AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median", "fusion.min_consistent",
-             "fusion.consume_pixels", "fusion.weak_plane_tolerance", "mesh.closed")
+             "fusion.consume_pixels", "fusion.max_normal_angle", "fusion.weak_plane_tolerance", "mesh.closed")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
+    if fusion.max_normal_angle == "auto":
+        value, reason = auto_max_normal_angle(median_focal(cfg, scene))
+        fusion = dataclasses.replace(fusion, max_normal_angle=value)
+        resolved.append(AutoValue("fusion.max_normal_angle", value, reason))
     if fusion.weak_plane_tolerance == "auto":
         value, reason = auto_weak_plane_tolerance(median_focal(cfg, scene))
         fusion = dataclasses.replace(fusion, weak_plane_tolerance=value)

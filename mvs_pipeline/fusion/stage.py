@@ -72,7 +72,8 @@ from ..scene.scene import Scene
 from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, expected_inputs, find_inputs, load_view
-from .params import FusionConfig, auto_consume_pixels, auto_min_consistent, auto_weak_plane_tolerance
+from .params import (FusionConfig, auto_consume_pixels, auto_max_normal_angle, auto_min_consistent,
+                     auto_weak_plane_tolerance)
 from .view_cache import IGNORED_KINDS, PIXEL_COUNTS, PREFETCH_PER_THREAD, ViewCache
 from .weak_planes import weak_planes_of
 from .writer import ChunkWriter
@@ -301,15 +302,18 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
 
 
 def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) -> FusionConfig:
-    """cfg with `min_consistent`, `consume_pixels` and `weak_plane_tolerance: auto` resolved (params.auto_*), for callers that
-    did not resolve the config (the pipeline does, in config/auto.py, from the same numbers)."""
+    """cfg with `min_consistent`, `consume_pixels`, `max_normal_angle` and `weak_plane_tolerance: auto` resolved
+    (params.auto_*), for callers that did not resolve the config (the pipeline does, in config/auto.py, from the
+    same numbers)."""
     if cfg.min_consistent == "auto":
         most = max((len(n) for n in selection.neighbors), default=0)
         cfg = dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
     if cfg.consume_pixels == "auto":
         cfg = dataclasses.replace(cfg, consume_pixels=auto_consume_pixels(pixels_in_all(scene.views))[0])
+    focal = float(np.median([0.5 * (v.K[0, 0] + v.K[1, 1]) for v in scene.views]))
+    if cfg.max_normal_angle == "auto":
+        cfg = dataclasses.replace(cfg, max_normal_angle=auto_max_normal_angle(focal)[0])
     if cfg.weak_plane_tolerance == "auto":
-        focal = float(np.median([0.5 * (v.K[0, 0] + v.K[1, 1]) for v in scene.views]))
         cfg = dataclasses.replace(cfg, weak_plane_tolerance=auto_weak_plane_tolerance(focal)[0])
     return cfg
 

@@ -14,8 +14,8 @@ from mvs_pipeline.config.loader import dump_config, load_config
 from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size, auto_filter_median
 from mvs_pipeline.depth.passes import filter_median_on, num_scales
 from mvs_pipeline.errors import ConfigError
-from mvs_pipeline.fusion.params import (FusionConfig, auto_consume_pixels, auto_min_consistent,
-                                        auto_weak_plane_tolerance)
+from mvs_pipeline.fusion.params import (FusionConfig, auto_consume_pixels, auto_max_normal_angle,
+                                        auto_min_consistent, auto_weak_plane_tolerance)
 from mvs_pipeline.fusion.stage import resolve_config as resolve_fusion_config
 from mvs_pipeline.scene.scene import Scene
 from mvs_pipeline.scene.workspace import read_scene
@@ -51,7 +51,8 @@ ALL_AUTO = ["fusion.min_consistent=auto"]
 def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
     assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
-                                    "fusion.consume_pixels", "fusion.weak_plane_tolerance", "mesh.closed"]
+                                    "fusion.consume_pixels", "fusion.max_normal_angle", "fusion.weak_plane_tolerance",
+                                    "mesh.closed"]
     assert cfg.fusion.min_consistent == 1
     assert "fusion.min_consistent" in unresolved_keys(load_config(None, ALL_AUTO))
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
@@ -121,6 +122,13 @@ def test_weak_plane_tolerance_three_percent_at_256_px_as_one_over_focal(focal, t
     assert f"focal length {focal:.4g} px" in reason
 
 
+@pytest.mark.parametrize("focal, degrees", [
+    (128, 20.0), (256, 20.0), (320, 16.0), (400, 12.8), (512, 10.0), (640, 10.0), (2892.33, 10.0)])
+def test_max_normal_angle_ten_degrees_from_512_px_up_twenty_at_256(focal, degrees):
+    value, reason = auto_max_normal_angle(focal)
+    assert value == degrees and f"focal length {focal:.4g} px" in reason
+
+
 def test_views_per_observation_counts_each_observation():
     # tracks of 2, 2 and 9 views: 13 observations, 9 of them of the 9-view point -> median 9
     # (the median over points would be 2)
@@ -136,7 +144,7 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert cfg.depth.filter_median is False
     assert num_scales(cfg.depth, 320) == 3
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
-                                         "fusion.min_consistent", "fusion.consume_pixels",
+                                         "fusion.min_consistent", "fusion.consume_pixels", "fusion.max_normal_angle",
                                          "fusion.weak_plane_tolerance", "mesh.closed"]
     assert cfg.mesh.closed is False   # no silhouettes
     assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[3].reason
@@ -151,7 +159,8 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     # rendered at 160x120 with the object's focal ratio 1.0: 160 px, below 256 px -> the cap, 0.03
     assert object10.views[0].K[0, 0] == 160.0
     assert cfg.fusion.weak_plane_tolerance == 0.03 == resolve_fusion_config(FusionConfig(), object10, sel).weak_plane_tolerance
-    assert "focal length 160 px" in resolved[5].reason
+    assert cfg.fusion.max_normal_angle == 20.0 == resolve_fusion_config(FusionConfig(), object10, sel).max_normal_angle
+    assert "focal length 160 px" in resolved[5].reason and "focal length 160 px" in resolved[6].reason
 
 
 def test_fifty_views_of_3200_px_get_acmm_and_stricter_fusion(ring50):
@@ -178,10 +187,11 @@ def test_weak_plane_tolerance_from_the_focal_length_the_depth_stage_sees(ring50)
     focal = float(np.median([0.5 * (v.K[0, 0] + v.K[1, 1]) for v in scaled.views]))
     assert 2000 < focal < 4000
     cfg, resolved = resolve_auto(load_config(None), scaled)
-    assert cfg.fusion.weak_plane_tolerance == 0.01
+    assert cfg.fusion.weak_plane_tolerance == 0.01 and cfg.fusion.max_normal_angle == 10.0
     small = resolve_auto(load_config(None, ["max_image_size=600"]), scaled)[0]
     expected = 0.03 * 256 / (focal * 600 / 3200)
     assert 0.01 < expected < 0.03 and small.fusion.weak_plane_tolerance == pytest.approx(expected, abs=1e-4)
+    assert small.fusion.max_normal_angle == 10.0   # ~540 px: above 512 px
     pinned = resolve_auto(load_config(None, ["fusion.weak_plane_tolerance=0.03"]), scaled)[0]
     assert pinned.fusion.weak_plane_tolerance == 0.03
     assert small.depth.filter_median is False
@@ -190,7 +200,8 @@ def test_weak_plane_tolerance_from_the_focal_length_the_depth_stage_sees(ring50)
 def test_explicit_values_are_kept_and_not_reported(ring50):
     cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false",
                                                        "depth.filter_median=false", "mesh.closed=false",
-                                                       "fusion.weak_plane_tolerance=0.02"]), ring50)
+                                                       "fusion.weak_plane_tolerance=0.02",
+                                                       "fusion.max_normal_angle=10"]), ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
     assert cfg.fusion.consume_pixels is False   # pinned, though auto would say true here
     assert cfg.depth.filter_median is False     # likewise
