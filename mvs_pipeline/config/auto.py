@@ -16,7 +16,7 @@ The rules (the why is in each params.py):
   num_neighbors), at least 1;
 - fusion.consume_pixels: false (every view keeps its consistent pixels) up to 32 Mpx of images in
   all, else true;
-- fusion.max_normal_angle: 10 x 512 / the views' median focal length in px, within 10..20 degrees;
+- fusion.max_normal_angle: 20 degrees up to a 320 px median focal length, 10 from 512 px, linear between;
 - fusion.weak_plane_tolerance: 0.03 x 256 / the views' median focal length in px, within 0.01..0.03;
 - mesh.closed: true with mesh.method poisson and object silhouettes (fusion.mask_silhouettes with a
   fusion.mask_dir), else false (from the config alone, resolved here so that it is recorded like the others).

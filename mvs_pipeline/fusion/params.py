@@ -67,21 +67,23 @@ def auto_weak_plane_tolerance(focal_px: float) -> tuple[float, str]:
 
 
 # `max_normal_angle: auto`: 10 degrees (COLMAP's and ACMMP's) from a 512 px focal length up, where the suite's 640x480
-# rooms, courtyards, DTU and Sceaux were measured; wider below, to 20 degrees at 256 px. Measured, not derived: at
-# 256-320 px the 11x11 window spans 2-4x more of the surface than at 640-1000 px (creases, curvature, a wall's far
-# end), and there 20 degrees kept accuracy >= 0.954 on every suite scene while adding completeness; at 640 px the
-# courtyards' grazing ground lost accuracy below 0.95 at 15 degrees.
-MAX_NORMAL_ANGLE_AT = (10.0, 512.0)   # (degrees, focal px)
-MAX_NORMAL_ANGLE_RANGE = (10.0, 20.0)
+# rooms, courtyards, DTU and Sceaux were measured; 20 degrees up to 320 px, where its 320x240 rooms (256 px) and
+# objects (320 px) were; linear in the focal length between. Measured, not derived: at 256-320 px the 11x11 window
+# spans 2-4x more of the surface than at 640-1000 px (creases, curvature, a wall's far end), and there 20 degrees kept
+# accuracy >= 0.954 on every suite scene while adding completeness; at 640 px the courtyards' grazing ground lost
+# accuracy below 0.95 at 15 degrees.
+MAX_NORMAL_ANGLE_WIDE = (20.0, 320.0)     # (degrees, up to this focal px)
+MAX_NORMAL_ANGLE_NARROW = (10.0, 512.0)   # (degrees, from this focal px)
 
 
 def auto_max_normal_angle(focal_px: float) -> tuple[float, str]:
     """`fusion.max_normal_angle: auto`: (value, reason) from the focal length in px (the views' median, as the depth
     stage sees them)."""
-    degrees, at = MAX_NORMAL_ANGLE_AT
-    lo, hi = MAX_NORMAL_ANGLE_RANGE
-    value = round(min(hi, max(lo, degrees * at / focal_px)), 1)
-    return value, f"focal length {focal_px:.4g} px: {degrees:g} x {at:g} / focal, within {lo:g}..{hi:g} degrees"
+    (wide, short), (narrow, long) = MAX_NORMAL_ANGLE_WIDE, MAX_NORMAL_ANGLE_NARROW
+    share = min(1.0, max(0.0, (focal_px - short) / (long - short)))
+    value = round(wide + share * (narrow - wide), 1)
+    return value, (f"focal length {focal_px:.4g} px: {wide:g} degrees up to {short:g} px, {narrow:g} from {long:g} px, "
+                   f"linear between")
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ class FusionConfig:
     # gave F1 at 2 cm +0.6..+1.3 pp (objects s101 0.869 / 0.874 -> 0.875 / 0.879, room_seen 0.784 / 0.791 -> 0.796 /
     # 0.804) at accuracy 0.954-0.988; at 640 px 15-20 cost the courtyards' accuracy (0.951 -> 0.945 / 0.941)
     max_normal_angle: float | Literal["auto"] = field(default="auto", metadata=meta(
-        "largest angle between the reference and neighbour normals for agreement; auto = 10 x 512 / the focal "
-        "length in px, within 10..20 (params.auto_max_normal_angle)", "degrees", (0.0, 180.0)))
+        "largest angle between the reference and neighbour normals for agreement; auto = 20 up to a 320 px focal "
+        "length, 10 from 512 px, linear between (params.auto_max_normal_angle)", "degrees", (0.0, 180.0)))
     # 1, not auto: auto's 2 on scenes of 40+ views (fewer points) has no F1 measurement yet
     min_consistent: int | Literal["auto"] = field(default=1, metadata=meta(
         "neighbours that must agree to keep a point (2 = seen consistently in 3 views; auto = 1 per 4 other "

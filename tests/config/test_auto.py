@@ -123,8 +123,8 @@ def test_weak_plane_tolerance_three_percent_at_256_px_as_one_over_focal(focal, t
 
 
 @pytest.mark.parametrize("focal, degrees", [
-    (128, 20.0), (256, 20.0), (320, 16.0), (400, 12.8), (512, 10.0), (640, 10.0), (2892.33, 10.0)])
-def test_max_normal_angle_ten_degrees_from_512_px_up_twenty_at_256(focal, degrees):
+    (128, 20.0), (256, 20.0), (320, 20.0), (416, 15.0), (480, 11.7), (512, 10.0), (640, 10.0), (2892.33, 10.0)])
+def test_max_normal_angle_twenty_degrees_up_to_320_px_ten_from_512(focal, degrees):
     value, reason = auto_max_normal_angle(focal)
     assert value == degrees and f"focal length {focal:.4g} px" in reason
 
