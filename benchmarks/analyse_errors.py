@@ -15,6 +15,9 @@ ground truth: gt/depth/*.npy per view and the ETH3D scans), three breakdowns:
              whose depth at the point's pixel is within TOL of the true depth there, one such
              view (fusion needs an agreeing neighbour), or two or more (fusion dropped a surface
              the maps had right); the same for covered points
+  incidence  the scan points two views see, binned by their best incidence (the smallest angle
+             between a seeing view's ray and the true normal, gt/normal): the share covered and
+             the share with two or more right views, which tells grazing ground from walls
 
     python benchmarks/analyse_errors.py SCENE RUN [--tolerance 0.02] [--json out.json]
 
@@ -131,6 +134,45 @@ def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> 
     return {k: float(m.sum() / max(1, len(points))) for k, m in classes.items()}
 
 
+INCIDENCE_BINS = (0.0, 45.0, 60.0, 70.0, 80.0, 90.01)   # degrees
+
+
+def best_incidence(scene, scene_dir: Path, truth, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([N] views that see each point, [N] the smallest angle in degrees between a seeing view's ray and the true
+    normal there: 90 where none sees it)."""
+    seen, best = np.zeros(len(points), np.int32), np.full(len(points), 90.0)
+    for view, gt in zip(scene.views, truth):
+        visible, rows, cols = seen_pixels(view, gt, points)
+        if not visible.any():
+            continue
+        normals = np.load(scene_dir / "gt" / "normal" / f"{Path(view.name).stem}.npy")
+        r, c = rows[visible], cols[visible]
+        ray = np.stack([c + 0.5, r + 0.5, np.ones(len(r))], 1) @ np.linalg.inv(view.K).T
+        cos = np.abs((normals[r, c] * ray).sum(1)) / np.linalg.norm(ray, axis=1)
+        seen += visible
+        best[visible] = np.minimum(best[visible], np.degrees(np.arccos(np.clip(cos, 0.0, 1.0))))
+    return seen, best
+
+
+def incidence_breakdown(scene, scene_dir: Path, ours, truth, points: np.ndarray, covered: np.ndarray,
+                        tol: float) -> list[dict]:
+    """Per best-incidence bin of the `points` two views see: their share of all, the share covered, and the share
+    with two or more views right (classify_scan_points' rule)."""
+    seen, best = best_incidence(scene, scene_dir, truth, points)
+    right = np.zeros(len(points), np.int32)
+    for view, est, gt in zip(scene.views, ours, truth):
+        visible, rows, cols = seen_pixels(view, gt, points)
+        right += visible & (np.abs(est[rows, cols] - gt[rows, cols]) <= tol)
+    rows_out = []
+    for lo, hi in zip(INCIDENCE_BINS[:-1], INCIDENCE_BINS[1:]):
+        sel = (seen >= 2) & (best >= lo) & (best < hi)
+        n = int(sel.sum())
+        rows_out.append({"incidence": f"{lo:g}-{min(hi, 90.0):g} deg", "share": n / max(1, len(points)),
+                         "covered": float(covered[sel].mean()) if n else float("nan"),
+                         "two_or_more_right": float((right[sel] >= 2).mean()) if n else float("nan")})
+    return rows_out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scene", type=Path, help="a scene made by `mvs-pipeline synth`")
@@ -153,6 +195,8 @@ def main(argv=None) -> int:
         idx = np.flatnonzero(mask)
         idx = rng.choice(idx, min(len(idx), args.sample), replace=False) if len(idx) else idx
         out[name] = classify_scan_points(scene, ours, truth, gt[idx], tol)
+    idx = rng.choice(len(gt), min(len(gt), args.sample), replace=False)
+    out["incidence"] = incidence_breakdown(scene, args.scene, ours, truth, gt[idx], ~missed[idx], tol)
     print(summary(out, tol))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
@@ -175,6 +219,9 @@ def summary(out: dict, tol: float) -> str:
     for name in ("missed", "covered"):
         share = f" ({out['missed_share']:.3f} of the scan points)" if name == "missed" else ""
         lines.append(f"{name} scan surface{share}: " + ", ".join(f"{k} {v:.3f}" for k, v in out[name].items()))
+    lines.append("scan points two views see, by best incidence: share / covered / two or more views right")
+    lines += [f"  {r['incidence']:>10}: {r['share']:.3f} / {r['covered']:.3f} / {r['two_or_more_right']:.3f}"
+              for r in out["incidence"]]
     return "\n".join(lines)
 
 

@@ -4,20 +4,16 @@ is run by hand (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_quality.py"
+from tests.script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def bq():
-    spec = importlib.util.spec_from_file_location("bench_quality", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_quality.py")
 
 
 def _row(scene, seed, acc, f1):

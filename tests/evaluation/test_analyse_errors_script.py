@@ -4,7 +4,6 @@ none; a depth 0.5 % too far is within 1 % everywhere and within 2 cm up to 4 m."
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,16 +11,12 @@ import pytest
 
 from mvs_pipeline.evaluation.mlp import load_scans
 from mvs_pipeline.scene.workspace import read_scene
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def analyse():
-    spec = importlib.util.spec_from_file_location("analyse_errors", REPO / "benchmarks" / "analyse_errors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/analyse_errors.py")
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +54,23 @@ def test_depth_bins_of_a_map_half_a_percent_too_far(analyse, courtyard):
         lo = float(r["depth"].lstrip(">").split("-")[0].split()[0])
         if lo >= 4.0:
             assert r["within_tol"] == 0.0
+
+
+def test_incidence_bins_of_true_and_empty_maps(analyse, courtyard, synth_scene_factory):
+    """The courtyard's ground is seen at grazing angles, its walls more head-on: with the true maps every bin's
+    twice-seen points have two right views, with empty maps none; the bins hold every twice-seen point once, and
+    the coverage passed in is reported per bin."""
+    scene, truth, points = courtyard
+    root = Path(synth_scene_factory("courtyard", views=6, width=96, height=72, seed=3))
+    seen, best = analyse.best_incidence(scene, root, truth, points)
+    assert ((best >= 0) & (best <= 90)).all() and (best[seen == 0] == 90).all()
+    assert (best[seen >= 2] < 90).all()
+    covered = np.arange(len(points)) % 2 == 0
+    rows = analyse.incidence_breakdown(scene, root, [t.astype(np.float32) for t in truth], truth, points, covered, 0.02)
+    assert sum(r["share"] for r in rows) == pytest.approx((seen >= 2).mean())
+    filled = [r for r in rows if r["share"] > 0]
+    assert len(filled) >= 3   # head-on walls and grazing ground both
+    assert all(r["two_or_more_right"] == 1.0 for r in filled)
+    assert all(abs(r["covered"] - 0.5) < 0.1 for r in filled if r["share"] > 0.05)
+    empty = analyse.incidence_breakdown(scene, root, [np.zeros_like(t) for t in truth], truth, points, covered, 0.02)
+    assert all(r["two_or_more_right"] == 0.0 for r in empty if r["share"] > 0)

@@ -3,7 +3,6 @@ computes is the stereo formula's f * b / z^2 for two parallel cameras looking at
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,14 +10,7 @@ import numpy as np
 
 from mvs_pipeline.scene.scene import View
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "depth_precision_bound.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("depth_precision_bound", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.script_module import load_script
 
 
 def view(x: float, f: float, w: int, h: int) -> View:
@@ -29,7 +21,7 @@ def view(x: float, f: float, w: int, h: int) -> View:
 
 
 def test_motion_per_metre_is_f_b_over_z_squared_and_zero_where_unseen():
-    mod = load_script()
+    mod = load_script("scripts/depth_precision_bound.py")
     f, w, h, z, baseline = 200.0, 80, 60, 3.0, 0.3
     views = [view(0.0, f, w, h), view(baseline, f, w, h)]
     depths = [np.full((h, w), z, np.float32), np.full((h, w), z, np.float32)]
@@ -46,9 +38,7 @@ def test_motion_per_metre_is_f_b_over_z_squared_and_zero_where_unseen():
 
 
 def test_the_fusion_rule_study_gives_z2_over_f_b_for_a_fronto_parallel_point():
-    spec = importlib.util.spec_from_file_location("precision_rule_study", SCRIPT.parent / "precision_rule_study.py")
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = load_study("precision_rule_study")
     f, z, baseline = 200.0, 3.0, 0.3
     views = [view(0.0, f, 80, 60), view(baseline, f, 80, 60), view(-baseline / 2, f, 80, 60)]
     scene = SimpleNamespace(views=views, num_views=3)
@@ -62,10 +52,7 @@ def test_the_fusion_rule_study_gives_z2_over_f_b_for_a_fronto_parallel_point():
 
 
 def load_study(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"scripts/{name}.py")
 
 
 def test_the_epipolar_texture_is_the_gradient_energy_along_the_best_views_line(tmp_path):
