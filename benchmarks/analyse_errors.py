@@ -119,16 +119,33 @@ def depth_breakdown(ours, truth, tol: float) -> list[dict]:
     return rows
 
 
-def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> dict:
-    """Share of `points` in each class: seen by <2 views, 0 / 1 / 2+ views with a depth within tol."""
+def view_counts(scene, ours, truth, points: np.ndarray, tol: float,
+                scene_dir: Path | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """([N] views that see each point, [N] of them whose depth at its pixel is within tol of the true depth
+    there, [N] the smallest angle in degrees between a seeing view's ray and the true normal (gt/normal of
+    scene_dir; 90 where none sees it; None without scene_dir))."""
     seen = np.zeros(len(points), np.int32)
     right = np.zeros(len(points), np.int32)
+    best = None if scene_dir is None else np.full(len(points), 90.0)
     for view, est, gt in zip(scene.views, ours, truth):
         visible, rows, cols = seen_pixels(view, gt, points)
         seen += visible
         # right: this view's depth at the pixel within tol of the true depth there (not of the
         # point's own depth: on grazing ground one pixel spans more than 2 cm of depth)
         right += visible & (np.abs(est[rows, cols] - gt[rows, cols]) <= tol)
+        if best is None or not visible.any():
+            continue
+        normals = np.load(scene_dir / "gt" / "normal" / f"{Path(view.name).stem}.npy")
+        r, c = rows[visible], cols[visible]
+        ray = np.stack([c + 0.5, r + 0.5, np.ones(len(r))], 1) @ np.linalg.inv(view.K).T
+        cos = np.abs((normals[r, c] * ray).sum(1)) / np.linalg.norm(ray, axis=1)
+        best[visible] = np.minimum(best[visible], np.degrees(np.arccos(np.clip(cos, 0.0, 1.0))))
+    return seen, right, best
+
+
+def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> dict:
+    """Share of `points` in each class: seen by <2 views, 0 / 1 / 2+ views with a depth within tol."""
+    seen, right, _ = view_counts(scene, ours, truth, points, tol)
     classes = {"seen_by_fewer_than_2": seen < 2, "no_view_right": (seen >= 2) & (right == 0),
                "one_view_right": (seen >= 2) & (right == 1), "two_or_more_right": (seen >= 2) & (right >= 2)}
     return {k: float(m.sum() / max(1, len(points))) for k, m in classes.items()}
@@ -137,32 +154,11 @@ def classify_scan_points(scene, ours, truth, points: np.ndarray, tol: float) -> 
 INCIDENCE_BINS = (0.0, 45.0, 60.0, 70.0, 80.0, 90.01)   # degrees
 
 
-def best_incidence(scene, scene_dir: Path, truth, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """([N] views that see each point, [N] the smallest angle in degrees between a seeing view's ray and the true
-    normal there: 90 where none sees it)."""
-    seen, best = np.zeros(len(points), np.int32), np.full(len(points), 90.0)
-    for view, gt in zip(scene.views, truth):
-        visible, rows, cols = seen_pixels(view, gt, points)
-        if not visible.any():
-            continue
-        normals = np.load(scene_dir / "gt" / "normal" / f"{Path(view.name).stem}.npy")
-        r, c = rows[visible], cols[visible]
-        ray = np.stack([c + 0.5, r + 0.5, np.ones(len(r))], 1) @ np.linalg.inv(view.K).T
-        cos = np.abs((normals[r, c] * ray).sum(1)) / np.linalg.norm(ray, axis=1)
-        seen += visible
-        best[visible] = np.minimum(best[visible], np.degrees(np.arccos(np.clip(cos, 0.0, 1.0))))
-    return seen, best
-
-
 def incidence_breakdown(scene, scene_dir: Path, ours, truth, points: np.ndarray, covered: np.ndarray,
                         tol: float) -> list[dict]:
     """Per best-incidence bin of the `points` two views see: their share of all, the share covered, and the share
     with two or more views right (classify_scan_points' rule)."""
-    seen, best = best_incidence(scene, scene_dir, truth, points)
-    right = np.zeros(len(points), np.int32)
-    for view, est, gt in zip(scene.views, ours, truth):
-        visible, rows, cols = seen_pixels(view, gt, points)
-        right += visible & (np.abs(est[rows, cols] - gt[rows, cols]) <= tol)
+    seen, right, best = view_counts(scene, ours, truth, points, tol, scene_dir)
     rows_out = []
     for lo, hi in zip(INCIDENCE_BINS[:-1], INCIDENCE_BINS[1:]):
         sel = (seen >= 2) & (best >= lo) & (best < hi)

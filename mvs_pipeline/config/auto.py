@@ -28,12 +28,10 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
 from ..fusion.params import (auto_consume_pixels, auto_max_normal_angle, auto_min_consistent,
                              auto_weak_plane_tolerance)
-from ..io.image_size import pixels_in_all, rescaled_size
+from ..io.image_size import median_focal_px, pixels_in_all
 from ..mesh.params import auto_closed
 from ..scene.scene import Scene
 from ..views.params import auto_num_neighbors
@@ -61,16 +59,6 @@ def long_side(cfg: PipelineConfig, scene: Scene) -> int:
     already within max_image_size; an input workspace (`info`) is capped here the same way."""
     side = max(max(v.width, v.height) for v in scene.views)
     return min(side, cfg.max_image_size) if cfg.max_image_size is not None else side
-
-
-def median_focal(cfg: PipelineConfig, scene: Scene) -> float:
-    """The views' median focal length in px ((fx + fy) / 2), as the depth stage will see them: an input workspace
-    (`info`) rescaled by the load stage's max_image_size rule, a prepared scene as it is."""
-    focals = []
-    for v in scene.views:
-        width, _ = rescaled_size(v.width, v.height, cfg.max_image_size)
-        focals.append(0.5 * (v.K[0, 0] + v.K[1, 1]) * width / v.width)
-    return float(np.median(focals))
 
 
 def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, list[AutoValue]]:
@@ -104,12 +92,15 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
+    if "auto" in (fusion.max_normal_angle, fusion.weak_plane_tolerance):
+        # as the depth stage will see them: an input workspace (`info`) rescaled by the load stage's rule
+        focal = median_focal_px(scene.views, cfg.max_image_size)
     if fusion.max_normal_angle == "auto":
-        value, reason = auto_max_normal_angle(median_focal(cfg, scene))
+        value, reason = auto_max_normal_angle(focal)
         fusion = dataclasses.replace(fusion, max_normal_angle=value)
         resolved.append(AutoValue("fusion.max_normal_angle", value, reason))
     if fusion.weak_plane_tolerance == "auto":
-        value, reason = auto_weak_plane_tolerance(median_focal(cfg, scene))
+        value, reason = auto_weak_plane_tolerance(focal)
         fusion = dataclasses.replace(fusion, weak_plane_tolerance=value)
         resolved.append(AutoValue("fusion.weak_plane_tolerance", value, reason))
     if mesh.closed == "auto":

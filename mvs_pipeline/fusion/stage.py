@@ -66,7 +66,7 @@ from ..gpu.memory_budget import usable_bytes
 from ..io.atomic import atomic_write_text
 from ..io.cloud_preview import write_cloud_preview
 from ..io.fused_ply import FusedCloudWriter
-from ..io.image_size import pixels_in_all
+from ..io.image_size import median_focal_px, pixels_in_all
 from ..io.vis_file import colmap_image_indices
 from ..scene.scene import Scene
 from ..views.selection import ViewSelection
@@ -310,7 +310,7 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
         cfg = dataclasses.replace(cfg, min_consistent=auto_min_consistent(scene.views_per_observation(), most)[0])
     if cfg.consume_pixels == "auto":
         cfg = dataclasses.replace(cfg, consume_pixels=auto_consume_pixels(pixels_in_all(scene.views))[0])
-    focal = float(np.median([0.5 * (v.K[0, 0] + v.K[1, 1]) for v in scene.views]))
+    focal = median_focal_px(scene.views)
     if cfg.max_normal_angle == "auto":
         cfg = dataclasses.replace(cfg, max_normal_angle=auto_max_normal_angle(focal)[0])
     if cfg.weak_plane_tolerance == "auto":

@@ -62,7 +62,8 @@ def test_incidence_bins_of_true_and_empty_maps(analyse, courtyard, synth_scene_f
     the coverage passed in is reported per bin."""
     scene, truth, points = courtyard
     root = Path(synth_scene_factory("courtyard", views=6, width=96, height=72, seed=3))
-    seen, best = analyse.best_incidence(scene, root, truth, points)
+    seen, right, best = analyse.view_counts(scene, [t.astype(np.float32) for t in truth], truth, points, 0.02, root)
+    assert (right == seen).all()   # the true maps are right wherever a view sees the point
     assert ((best >= 0) & (best <= 90)).all() and (best[seen == 0] == 90).all()
     assert (best[seen >= 2] < 90).all()
     covered = np.arange(len(points)) % 2 == 0
