@@ -198,6 +198,13 @@ class FusionConfig:
         "with weak_planes: a region's second and later planes must hold this share of the depths no earlier plane "
         "holds (sequential RANSAC); null = weak_plane_min_share of the whole region, as the first plane",
         "fraction", (0.05, 1.0)))
+    # A study (session 43): session 39's later planes lost accuracy mostly to one plane straddling two walls, whose
+    # inliers spread 1.66 % against a median 0.25 % for first planes; this gate keeps the far walls' planes and
+    # drops the straddling ones
+    weak_plane_later_max_spread: float | None = field(default=None, metadata=meta(
+        "with weak_planes: a region's second or later plane whose inliers' robust standard deviation (1.4826 x MAD of "
+        "the relative residuals) exceeds this share of weak_plane_tolerance ends the region's planes; null = no limit",
+        "fraction of weak_plane_tolerance", (0.01, 1.0)))
     weak_plane_score: Literal["inliers", "msac"] = field(default="inliers", metadata=meta(
         "with weak_planes: how RANSAC ranks a region's candidate planes: inliers = most depths within "
         "weak_plane_tolerance; msac = least sum of squared relative residuals capped at the tolerance (a plane "
