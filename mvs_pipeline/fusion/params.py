@@ -198,6 +198,18 @@ class FusionConfig:
         "with weak_planes: a region's second and later planes must hold this share of the depths no earlier plane "
         "holds (sequential RANSAC); null = weak_plane_min_share of the whole region, as the first plane",
         "fraction", (0.05, 1.0)))
+    # Session 43 (CPU maps of room_seen 320x240): the planes' pixels within 2 cm of the truth 0.889 -> 0.930, fused
+    # F1 / accuracy at 2 cm 0.801 / 0.953 -> 0.808 / 0.966 (3 deg, 1 %); BENCHMARKS.md, Quality suite
+    weak_plane_consensus: bool = field(default=False, metadata=meta(
+        "with weak_planes: replace each view's weak plane by the plane fitted jointly to it and the planes of its "
+        "neighbours on the same wall (within weak_plane_consensus_angle and _offset; fusion/plane_consensus.py); "
+        "fusion then runs after the depth stage, not beside it"))
+    weak_plane_consensus_angle: float = field(default=3.0, metadata=meta(
+        "with weak_plane_consensus: planes of two views are on one wall if their normals differ by less than this",
+        "degrees", (0.1, 45.0)))
+    weak_plane_consensus_offset: float = field(default=0.01, metadata=meta(
+        "with weak_plane_consensus: ... and their distances from the world origin by less than this share of the "
+        "plane's median depth in its view", "fraction", (1e-4, 0.5)))
     # A study (session 43): session 39's later planes lost accuracy mostly to one plane straddling two walls, whose
     # inliers spread 1.66 % against a median 0.25 % for first planes; this gate keeps the far walls' planes and
     # drops the straddling ones

@@ -157,33 +157,59 @@ def weak_regions(weak: np.ndarray) -> tuple[int, np.ndarray]:
 
 
 def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, weak: np.ndarray, K: np.ndarray,
-                     params: WeakPlanes, seed: int) -> int:
+                     params: WeakPlanes, seed: int, joint: dict | None = None) -> int:
     """Put each weakly textured region's depths onto its planes, in place (depth [H, W] float32, 0 = none; normal
     [H, W, 3] camera frame; weak [H, W] bool: the 11x11 grey-level standard deviation below params.texture,
     fusion.inputs.low_texture): a depth goes to the plane
     holding most of the region's depths around it and takes that plane's depth and normal where it lies within the
-    tolerance of it (within params.reach, when larger). Returns the pixels changed."""
-    if params.tolerance is None:   # auto: the pipeline resolves it per scene (config/auto.py), direct callers per view
+    tolerance of it (within params.reach, when larger). `joint` {(region number, plane number): coef}: those
+    planes replaced by their wall's joint fit over several views (fusion/plane_consensus.py). Returns the pixels
+    changed."""
+    params = resolved(params, K)
+    regions = find_planes(depth, weak, params, seed)
+    snapped = 0
+    for r, (rows_y, rows_x, planes) in enumerate(regions):
+        if joint:
+            planes = [(joint.get((r, k), coef), on) for k, (coef, on) in enumerate(planes)]
+        if planes:
+            snapped += _snap_region(depth, normal, rows_y, rows_x, planes, params.tolerance,
+                                    max(params.tolerance, params.reach), K, params.refine_sigmas)
+    return snapped
+
+
+def resolved(params: WeakPlanes, K: np.ndarray) -> WeakPlanes:
+    """params with an auto tolerance resolved from the view's focal length (the pipeline resolves it per scene,
+    config/auto.py; direct callers per view)."""
+    if params.tolerance is None:
         params = dataclasses.replace(params, tolerance=auto_weak_plane_tolerance(0.5 * (K[0, 0] + K[1, 1]))[0])
+    return params
+
+
+def find_planes(depth: np.ndarray, weak: np.ndarray, params: WeakPlanes, seed: int) -> list:
+    """[(ys, xs, [(coef, inlier mask over ys/xs)])] per weakly textured region of at least params.min_area with
+    depth (in label order; regions without a plane have an empty list): the planes snap_weak_planes puts the depths
+    on, from a generator seeded by `seed` (the view: the same planes wherever the view is loaded). params'
+    tolerance must be resolved."""
     rng = np.random.default_rng(seed)
     min_pixels = max(3, int(round(params.min_area * depth.size)))
     count, labels = weak_regions(weak)
     if count <= 1:
-        return 0
+        return []
     ys, xs = np.nonzero((labels > 0) & (depth > 0))
     lab = labels[ys, xs]
     order = np.argsort(lab, kind="stable")
     ys, xs, lab = ys[order], xs[order], lab[order]
     bounds = np.flatnonzero(np.diff(lab)) + 1
-    snapped = 0
+    regions = []
     for rows in np.split(np.arange(len(lab)), bounds):
         if len(rows) < min_pixels:
             continue
         planes = _region_planes(depth, ys, xs, rows, params, min_pixels, rng)
-        if planes:
-            snapped += _snap_region(depth, normal, ys, xs, rows, planes, params.tolerance,
-                                    max(params.tolerance, params.reach), K, params.refine_sigmas)
-    return snapped
+        y, x = ys[rows], xs[rows]
+        index = np.full(len(ys), -1, np.int64)
+        index[rows] = np.arange(len(rows))
+        regions.append((y, x, [(coef, index[on]) for coef, on in planes]))
+    return regions
 
 
 def _centres(y, x) -> tuple[np.ndarray, np.ndarray]:
@@ -223,20 +249,19 @@ def _snap(depth, normal, y, x, coef, K) -> None:
     normal[y, x] = plane_normal(coef, K).astype(np.float32)
 
 
-def _snap_region(depth, normal, ys, xs, rows, planes, tolerance: float, reach: float, K,
+def _snap_region(depth, normal, y, x, planes, tolerance: float, reach: float, K,
                  refine_sigmas: float = 0.0) -> int:
-    """Each depth of a region onto the plane that holds most of the region's depths around it in the image (a
-    VOTE_WINDOW box: a depth of one wall that happens to lie on the other wall's plane does not decide), where it
-    lies within `reach` of that plane's depth (the tolerance: the plane's inliers on its own side); the pixels
-    changed."""
-    y, x = ys[rows], xs[rows]
-    choice = np.zeros(len(rows), np.int64)
+    """Each depth of a region (pixels y, x) onto the plane that holds most of the region's depths around it in the
+    image (a VOTE_WINDOW box: a depth of one wall that happens to lie on the other wall's plane does not decide),
+    where it lies within `reach` of that plane's depth (the tolerance: the plane's inliers on its own side); planes
+    [(coef, indices into y, x of its inliers)]; the pixels changed."""
+    choice = np.zeros(len(y), np.int64)
     if len(planes) > 1:
         y0, x0 = y.min(), x.min()
         votes = []
         for _, on in planes:
             mask = np.zeros((y.max() - y0 + 1, x.max() - x0 + 1), np.float32)
-            mask[ys[on] - y0, xs[on] - x0] = 1.0
+            mask[y[on] - y0, x[on] - x0] = 1.0
             votes.append(cv2.boxFilter(mask, -1, (VOTE_WINDOW, VOTE_WINDOW), normalize=False)[y - y0, x - x0])
         choice = np.argmax(np.stack(votes), axis=0)
     changed = 0

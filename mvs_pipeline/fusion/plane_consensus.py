@@ -1,0 +1,119 @@
+"""One plane per wall across views (`fusion.weak_plane_consensus`): the weak planes of a view and its neighbours
+that lie on the same wall, fitted jointly before fusing (issue #37).
+
+Each view fits its weakly textured regions' planes to its own depths (weak_planes.py). On a far blank wall those
+depths are noisy with a long tail, and one view's plane can be off by more than the evaluation's 2 cm where its
+region is small or its matching was poor, while other views see the same wall with better depths: on the CPU maps
+of a synthetic 320x240 room the planes' pixels lay within 2 cm of the truth at 0.889, and at 0.930 once each plane
+was replaced by the least-squares plane of the 3-D points of every plane of the view and its neighbours within
+`angle` and `offset` of it (BENCHMARKS.md, Quality suite, session 43). A view with no such partner keeps its own
+plane. Neighbours' planes also agree better with each other, which is what fusion's depth agreement asks.
+
+What is computed here depends only on the view's and its neighbours' maps and images (each view's planes come from
+the generator seeded by the view, as in weak_planes.py), so every path that loads a view (CPU and CUDA fusion, a
+cluster's ranges) puts its depths on the same planes. It needs the neighbours' final maps, so fusion does not run
+beside the depth stage while it is on (pipeline.py).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from .weak_planes import WeakPlanes, _centres, find_planes, plane_depth, resolved
+
+SAMPLE_POINTS = 1000   # 3-D points kept per plane for the joint fit (a plane of 1000 evenly spread points is as
+#                        well determined as of 30,000 for this purpose, and 1000 views x 5 planes stay ~120 MB)
+TRIM_ROUNDS = 3   # joint refits on the points within TRIM_SIGMAS robust deviations of the plane
+TRIM_SIGMAS = 2.0
+
+
+@dataclass(frozen=True)
+class WorldPlane:
+    view_idx: int
+    region: int     # the region's number in find_planes' order
+    k: int          # the plane's number within its region
+    normal: np.ndarray   # [3] unit, world frame, n . X = offset, facing the view's camera (n . C > offset)
+    offset: float   # metres
+    depth: float    # metres: the median depth of its inliers in its view (the scale of `offset`'s tolerance)
+    points: np.ndarray   # [m, 3] world points on the plane at its inliers (at most SAMPLE_POINTS)
+
+
+def world_planes(view_idx: int, depth: np.ndarray, weak: np.ndarray, K: np.ndarray, R: np.ndarray,
+                 t: np.ndarray, params: WeakPlanes) -> list[WorldPlane]:
+    """The view's weak planes (the ones snap_weak_planes finds) in the world frame (R, t: cam_from_world)."""
+    params = resolved(params, K)
+    k_inv = np.linalg.inv(K)
+    centre = -R.T @ t
+    out = []
+    for r, (y, x, planes) in enumerate(find_planes(depth, weak, params, seed=view_idx)):
+        for k, (coef, on) in enumerate(planes):
+            step = max(1, len(on) // SAMPLE_POINTS)
+            u, v = _centres(y[on][::step], x[on][::step])
+            z = plane_depth(coef, u, v)
+            cam = (np.stack([u, v, np.ones_like(u)], axis=1) @ k_inv.T) * z[:, None]
+            n_cam = K.T @ coef   # n_cam . X_cam = 1 (weak_planes.plane_normal)
+            normal = R.T @ n_cam
+            offset = 1.0 - float(n_cam @ t)   # n_cam . (R X + t) = 1
+            scale = float(np.linalg.norm(normal))
+            normal, offset = normal / scale, offset / scale
+            if float(normal @ centre) < offset:   # facing the camera: one wall seen from its front by every view
+                normal, offset = -normal, -offset
+            out.append(WorldPlane(view_idx, r, k, normal, offset, float(np.median(z)), (cam - t) @ R))
+    return out
+
+
+def joint_coefs(view_planes: list[WorldPlane], others: list[WorldPlane], K: np.ndarray, R: np.ndarray,
+                t: np.ndarray, angle_deg: float, offset: float) -> dict:
+    """{(region, k): coef} of the view's planes that share their wall with a plane of another view (`others`: its
+    neighbours' planes): each replaced by the plane fitted to the points of all planes within angle_deg of its
+    normal and offset x its depth of its offset, as 1/z = coef . (u, v, 1) in the view (K, R, t)."""
+    cos = np.cos(np.radians(angle_deg))
+    k_inv_t = np.linalg.inv(K).T
+    out = {}
+    pool = view_planes + others
+    for p in view_planes:
+        members = [q for q in pool if float(p.normal @ q.normal) > cos and abs(p.offset - q.offset) < offset * p.depth]
+        if all(q.view_idx == p.view_idx for q in members):
+            continue
+        normal, off = _fit(np.concatenate([q.points for q in members]))
+        if float(normal @ p.normal) < 0:
+            normal, off = -normal, -off
+        n_cam = R @ normal
+        d_cam = off + float(n_cam @ t)   # n . X = off with X = R^T (X_cam - t)
+        if abs(d_cam) < 1e-9:   # the camera on the plane (either side will do: n_cam / d_cam is the same plane)
+            continue
+        out[p.region, p.k] = k_inv_t @ n_cam / d_cam
+    return out
+
+
+def _fit(points: np.ndarray) -> tuple[np.ndarray, float]:
+    """(unit normal, offset) of the total-least-squares plane of `points`, refitted TRIM_ROUNDS times on those
+    within TRIM_SIGMAS robust deviations (the walls' planes of some views are off; they must not pull)."""
+    keep = np.ones(len(points), bool)
+    for _ in range(TRIM_ROUNDS + 1):
+        centre = points[keep].mean(axis=0)
+        normal = np.linalg.svd(points[keep] - centre, full_matrices=False)[2][2]
+        off = float(normal @ centre)
+        r = points @ normal - off
+        med = np.median(r[keep])
+        keep = np.abs(r - med) <= max(1e-4, TRIM_SIGMAS * 1.4826 * float(np.median(np.abs(r[keep] - med))))
+        if np.count_nonzero(keep) < 3:
+            break
+    return normal, off
+
+
+def consensus(views: list[int], neighbours: dict[int, list[int]], planes_of, cameras: dict, angle_deg: float,
+              offset: float, threads: int) -> dict[int, dict]:
+    """{view_idx: joint_coefs} for `views`: planes_of(view_idx) -> [WorldPlane] (computed once per view, in
+    `threads` threads), neighbours[v]: the views whose planes may share v's walls; cameras[v] = (K, R, t)."""
+    needed = sorted({v for v in views} | {j for v in views for j in neighbours.get(v, [])})
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        found = dict(zip(needed, pool.map(planes_of, needed)))
+    out = {}
+    for v in views:
+        others = [q for j in neighbours.get(v, []) if j != v for q in found.get(j, [])]
+        out[v] = joint_coefs(found[v], others, *cameras[v], angle_deg, offset) if found[v] and others else {}
+    return out
