@@ -18,6 +18,7 @@ The rules (the why is in each params.py):
   all, else true;
 - fusion.max_normal_angle: 20 degrees up to a 320 px median focal length, 10 from 512 px, linear between;
 - fusion.weak_plane_tolerance: 0.03 x 256 / the views' median focal length in px, within 0.01..0.03;
+- fusion.weak_plane_consensus: on up to a 320 px median focal length, else off;
 - mesh.closed: true with mesh.method poisson and object silhouettes (fusion.mask_silhouettes with a
   fusion.mask_dir), else false (from the config alone, resolved here so that it is recorded like the others).
 """
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from ..depth.params import auto_coarsest_max_size, auto_filter_median
 from ..fusion.params import (auto_consume_pixels, auto_max_normal_angle, auto_min_consistent,
-                             auto_weak_plane_tolerance)
+                             auto_weak_plane_consensus, auto_weak_plane_tolerance)
 from ..io.image_size import median_focal_px, pixels_in_all
 from ..mesh.params import auto_closed
 from ..scene.scene import Scene
@@ -39,7 +40,8 @@ from ..views.selection import candidate_pairs
 from .schema import PipelineConfig
 
 AUTO_KEYS = ("views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median", "fusion.min_consistent",
-             "fusion.consume_pixels", "fusion.max_normal_angle", "fusion.weak_plane_tolerance", "mesh.closed")
+             "fusion.consume_pixels", "fusion.max_normal_angle", "fusion.weak_plane_tolerance",
+             "fusion.weak_plane_consensus", "mesh.closed")
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_consume_pixels(pixels_in_all(scene.views, cfg.max_image_size))
         fusion = dataclasses.replace(fusion, consume_pixels=value)
         resolved.append(AutoValue("fusion.consume_pixels", value, reason))
-    if "auto" in (fusion.max_normal_angle, fusion.weak_plane_tolerance):
+    if "auto" in (fusion.max_normal_angle, fusion.weak_plane_tolerance, fusion.weak_plane_consensus):
         # as the depth stage will see them: an input workspace (`info`) rescaled by the load stage's rule
         focal = median_focal_px(scene.views, cfg.max_image_size)
     if fusion.max_normal_angle == "auto":
@@ -103,6 +105,10 @@ def resolve_auto(cfg: PipelineConfig, scene: Scene) -> tuple[PipelineConfig, lis
         value, reason = auto_weak_plane_tolerance(focal)
         fusion = dataclasses.replace(fusion, weak_plane_tolerance=value)
         resolved.append(AutoValue("fusion.weak_plane_tolerance", value, reason))
+    if fusion.weak_plane_consensus == "auto":
+        value, reason = auto_weak_plane_consensus(focal)
+        fusion = dataclasses.replace(fusion, weak_plane_consensus=value)
+        resolved.append(AutoValue("fusion.weak_plane_consensus", value, reason))
     if mesh.closed == "auto":
         value, reason = auto_closed(mesh.method, fusion.silhouettes)
         mesh = dataclasses.replace(mesh, closed=value)

@@ -86,6 +86,21 @@ def auto_max_normal_angle(focal_px: float) -> tuple[float, str]:
                    f"linear between")
 
 
+# `weak_plane_consensus: auto` (session 43, H200, the suite's maps at seeds 0-2 fused both ways): on up to a 320 px
+# focal length, where the 320x240 rooms gained F1 at 2 cm (room_seen mean 0.7966 -> 0.8009) with accuracy +0.3..+0.9
+# pp and the objects fused the same points; off above, where room_seen 640x480 (512 px) lost 0.2-0.55 pp of F1 and
+# the courtyards (640 px) and DTU moved by <= 0.03 pp. Nothing between 320 and 512 px was measured.
+WEAK_PLANE_CONSENSUS_UP_TO = 320.0   # focal px
+
+
+def auto_weak_plane_consensus(focal_px: float) -> tuple[bool, str]:
+    """`fusion.weak_plane_consensus: auto`: (value, reason) from the focal length in px (the views' median, as the
+    depth stage sees them)."""
+    return focal_px <= WEAK_PLANE_CONSENSUS_UP_TO, (
+        f"focal length {focal_px:.4g} px: on up to {WEAK_PLANE_CONSENSUS_UP_TO:g} px (small images: a wall's planes "
+        f"of single views are imprecise there), off above")
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     # Rules in stage.py and cpu.py; the thresholds mean what COLMAP's stereo_fusion options of similar names mean.
@@ -198,25 +213,21 @@ class FusionConfig:
         "with weak_planes: a region's second and later planes must hold this share of the depths no earlier plane "
         "holds (sequential RANSAC); null = weak_plane_min_share of the whole region, as the first plane",
         "fraction", (0.05, 1.0)))
-    # Session 43 (CPU maps of room_seen 320x240): the planes' pixels within 2 cm of the truth 0.889 -> 0.930, fused
-    # F1 / accuracy at 2 cm 0.801 / 0.953 -> 0.808 / 0.966 (3 deg, 1 %); BENCHMARKS.md, Quality suite
-    weak_plane_consensus: bool = field(default=False, metadata=meta(
+    # Session 43: the planes' pixels of the CPU maps of room_seen 320x240 within 2 cm of the truth 0.889 -> 0.930; on
+    # the H200 suite (seeds 0-2) room_seen 320x240 F1 / accuracy at 2 cm 0.7966 / 0.959 -> 0.8009 / 0.966 (means;
+    # BENCHMARKS.md, Quality suite); auto: see auto_weak_plane_consensus
+    weak_plane_consensus: bool | Literal["auto"] = field(default="auto", metadata=meta(
         "with weak_planes: replace each view's weak plane by the plane fitted jointly to it and the planes of its "
         "neighbours on the same wall (within weak_plane_consensus_angle and _offset; fusion/plane_consensus.py); "
-        "fusion then runs after the depth stage, not beside it"))
-    weak_plane_consensus_angle: float = field(default=3.0, metadata=meta(
+        "fusion then runs after the depth stage, not beside it; auto = on up to a 320 px focal length"))
+    # 5 degrees and 2 % against 3 and 1 %: room_seen 320x240 mean F1 0.8009 against 0.7981 at seeds 0-2 (H200); the
+    # CPU maps of seed 0 preferred 3 and 1 % by 0.2 pp
+    weak_plane_consensus_angle: float = field(default=5.0, metadata=meta(
         "with weak_plane_consensus: planes of two views are on one wall if their normals differ by less than this",
         "degrees", (0.1, 45.0)))
-    weak_plane_consensus_offset: float = field(default=0.01, metadata=meta(
+    weak_plane_consensus_offset: float = field(default=0.02, metadata=meta(
         "with weak_plane_consensus: ... and their distances from the world origin by less than this share of the "
         "plane's median depth in its view", "fraction", (1e-4, 0.5)))
-    # A study (session 43): session 39's later planes lost accuracy mostly to one plane straddling two walls, whose
-    # inliers spread 1.66 % against a median 0.25 % for first planes; this gate keeps the far walls' planes and
-    # drops the straddling ones
-    weak_plane_later_max_spread: float | None = field(default=None, metadata=meta(
-        "with weak_planes: a region's second or later plane whose inliers' robust standard deviation (1.4826 x MAD of "
-        "the relative residuals) exceeds this share of weak_plane_tolerance ends the region's planes; null = no limit",
-        "fraction of weak_plane_tolerance", (0.01, 1.0)))
     weak_plane_score: Literal["inliers", "msac"] = field(default="inliers", metadata=meta(
         "with weak_planes: how RANSAC ranks a region's candidate planes: inliers = most depths within "
         "weak_plane_tolerance; msac = least sum of squared relative residuals capped at the tolerance (a plane "

@@ -73,6 +73,7 @@ from ..views.selection import ViewSelection
 from .layout import MAX_NEIGHBORS, camera_block
 from .inputs import HostView, ViewInputs, expected_inputs, find_inputs, load_view, weak_plane_inputs
 from .params import (FusionConfig, auto_consume_pixels, auto_max_normal_angle, auto_min_consistent,
+                     auto_weak_plane_consensus,
                      auto_weak_plane_tolerance)
 from .view_cache import IGNORED_KINDS, PIXEL_COUNTS, PREFETCH_PER_THREAD, ViewCache
 from .weak_planes import weak_planes_of
@@ -302,7 +303,8 @@ def _capacity(cfg: FusionConfig, engine, inputs: list[ViewInputs | None], plan: 
 
 
 def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) -> FusionConfig:
-    """cfg with `min_consistent`, `consume_pixels`, `max_normal_angle` and `weak_plane_tolerance: auto` resolved
+    """cfg with `min_consistent`, `consume_pixels`, `max_normal_angle`, `weak_plane_tolerance` and
+    `weak_plane_consensus: auto` resolved
     (params.auto_*), for callers that did not resolve the config (the pipeline does, in config/auto.py, from the
     same numbers)."""
     if cfg.min_consistent == "auto":
@@ -315,6 +317,8 @@ def resolve_config(cfg: FusionConfig, scene: Scene, selection: ViewSelection) ->
         cfg = dataclasses.replace(cfg, max_normal_angle=auto_max_normal_angle(focal)[0])
     if cfg.weak_plane_tolerance == "auto":
         cfg = dataclasses.replace(cfg, weak_plane_tolerance=auto_weak_plane_tolerance(focal)[0])
+    if cfg.weak_plane_consensus == "auto":
+        cfg = dataclasses.replace(cfg, weak_plane_consensus=auto_weak_plane_consensus(focal)[0])
     return cfg
 
 

@@ -49,7 +49,6 @@ class WeakPlanes:
     refine_sigmas: float = 0.0  # robust deviations: the plane's refit band (0: all its inliers within tolerance)
     later_share: float | None = None  # fraction of the depths left: a second or later plane's need (None: min_share)
     score: str = "inliers"  # RANSAC's hypothesis score: "inliers" (count within tolerance) or "msac" (truncated squares)
-    later_max_spread: float | None = None  # fraction of the tolerance: a later plane's inliers' robust deviation limit
 
 
 def weak_planes_of(cfg) -> WeakPlanes | None:
@@ -60,7 +59,7 @@ def weak_planes_of(cfg) -> WeakPlanes | None:
     tolerance = None if cfg.weak_plane_tolerance == "auto" else cfg.weak_plane_tolerance
     return WeakPlanes(cfg.weak_plane_texture, tolerance, cfg.weak_plane_min_share,
                       cfg.weak_plane_min_area, float("inf") if reach is None else reach, cfg.weak_plane_refine_sigmas,
-                      cfg.weak_plane_later_share, cfg.weak_plane_score, cfg.weak_plane_later_max_spread)
+                      cfg.weak_plane_later_share, cfg.weak_plane_score)
 
 
 def plane_depth(coef: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -115,12 +114,6 @@ def fit_plane(u, v, d, tolerance: float, rng, refine_sigmas: float = 0.0,
     inl = _inliers(coefs[best], u, v, d, tolerance)
     coef = refit(u[inl], v[inl], d[inl], tolerance, refine_sigmas)
     return coef, _inliers(coef, u, v, d, tolerance)
-
-
-def robust_spread(coef, u, v, d) -> float:
-    """1.4826 x the median absolute deviation of the relative residuals d / plane - 1 (a robust standard deviation)."""
-    r = d / plane_depth(coef, u, v) - 1.0
-    return 1.4826 * float(np.median(np.abs(r - np.median(r))))
 
 
 def refit(u, v, d, tolerance: float, refine_sigmas: float) -> np.ndarray:
@@ -219,9 +212,7 @@ def _centres(y, x) -> tuple[np.ndarray, np.ndarray]:
 
 def _region_planes(depth, ys, xs, rows, params: WeakPlanes, min_pixels: int, rng):
     """[(coef, rows on it)] of one region: planes one after another while one holds min_share of its depths (with
-    later_share, a second or later plane that share of the depths no earlier plane holds: sequential RANSAC; with
-    later_max_spread, a second or later plane whose inliers spread more than that share of the tolerance ends the
-    region's planes: it straddles surfaces the band does not separate)."""
+    later_share, a second or later plane that share of the depths no earlier plane holds: sequential RANSAC)."""
     need = max(min_pixels, int(np.ceil(params.min_share * len(rows))))
     planes, left = [], rows
     for k in range(MAX_PLANES):
@@ -234,9 +225,6 @@ def _region_planes(depth, ys, xs, rows, params: WeakPlanes, min_pixels: int, rng
         coef, inl = fit_plane(u, v, depth[y, x].astype(np.float64), params.tolerance, rng, params.refine_sigmas,
                               params.score)
         if coef is None or np.count_nonzero(inl) < need:
-            break
-        if k > 0 and params.later_max_spread is not None and robust_spread(
-                coef, u[inl], v[inl], depth[y[inl], x[inl]].astype(np.float64)) > params.later_max_spread * params.tolerance:
             break
         planes.append((coef, left[inl]))
         left = left[~inl]

@@ -15,7 +15,8 @@ from mvs_pipeline.depth.params import DepthConfig, auto_coarsest_max_size, auto_
 from mvs_pipeline.depth.passes import filter_median_on, num_scales
 from mvs_pipeline.errors import ConfigError
 from mvs_pipeline.fusion.params import (FusionConfig, auto_consume_pixels, auto_max_normal_angle,
-                                        auto_min_consistent, auto_weak_plane_tolerance)
+                                        auto_min_consistent, auto_weak_plane_consensus,
+                                        auto_weak_plane_tolerance)
 from mvs_pipeline.fusion.stage import resolve_config as resolve_fusion_config
 from mvs_pipeline.scene.scene import Scene
 from mvs_pipeline.scene.workspace import read_scene
@@ -52,7 +53,7 @@ def test_defaults_are_auto_and_bad_values_name_the_key():
     cfg = load_config(None)
     assert unresolved_keys(cfg) == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
                                     "fusion.consume_pixels", "fusion.max_normal_angle", "fusion.weak_plane_tolerance",
-                                    "mesh.closed"]
+                                    "fusion.weak_plane_consensus", "mesh.closed"]
     assert cfg.fusion.min_consistent == 1
     assert "fusion.min_consistent" in unresolved_keys(load_config(None, ALL_AUTO))
     for text, expected in (("views.num_neighbors=atuo", "'views.num_neighbors' = 'atuo' has the wrong type, "
@@ -112,6 +113,13 @@ def test_consume_pixels_kept_up_to_32_mpx(views, width, height, consume):
     assert f"{views * width * height / 1e6:.3g} Mpx of images in all" in reason
 
 
+@pytest.mark.parametrize("focal, on", [(160, True), (256, True), (320, True), (320.5, False), (512, False),
+                                       (2892.33, False)])
+def test_weak_plane_consensus_on_up_to_320_px(focal, on):
+    value, reason = auto_weak_plane_consensus(focal)
+    assert value is on and f"focal length {focal:.4g} px" in reason
+
+
 @pytest.mark.parametrize("focal, tolerance", [
     (128, 0.03), (256, 0.03), (320, 0.024), (512, 0.015), (640, 0.012), (768, 0.01), (819.2, 0.01), (2892.33, 0.01)])
 def test_weak_plane_tolerance_three_percent_at_256_px_as_one_over_focal(focal, tolerance):
@@ -145,8 +153,9 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert num_scales(cfg.depth, 320) == 3
     assert [a.key for a in resolved] == ["views.num_neighbors", "depth.coarsest_max_size", "depth.filter_median",
                                          "fusion.min_consistent", "fusion.consume_pixels", "fusion.max_normal_angle",
-                                         "fusion.weak_plane_tolerance", "mesh.closed"]
+                                         "fusion.weak_plane_tolerance", "fusion.weak_plane_consensus", "mesh.closed"]
     assert cfg.mesh.closed is False   # no silhouettes
+    assert cfg.fusion.weak_plane_consensus is True   # 160 px: up to 320 px
     assert "up to 640 px (long side 320)" in resolved[1].reason and "median of 4 views" in resolved[3].reason
     assert "up to 640 px (long side 320): no median" in resolved[2].reason
     assert unresolved_keys(cfg) == []
@@ -156,6 +165,7 @@ def test_ten_views_of_320_px_get_three_scales_and_small_fusion(object10):
     assert sel.neighbors == select_views(object10, ViewsConfig()).neighbors
     assert resolve_fusion_config(FusionConfig(min_consistent="auto"), object10, sel).min_consistent == 1
     assert resolve_fusion_config(FusionConfig(), object10, sel).consume_pixels is False
+    assert resolve_fusion_config(FusionConfig(), object10, sel).weak_plane_consensus is True
     # rendered at 160x120 with the object's focal ratio 1.0: 160 px, below 256 px -> the cap, 0.03
     assert object10.views[0].K[0, 0] == 160.0
     assert cfg.fusion.weak_plane_tolerance == 0.03 == resolve_fusion_config(FusionConfig(), object10, sel).weak_plane_tolerance
@@ -201,11 +211,13 @@ def test_explicit_values_are_kept_and_not_reported(ring50):
     cfg, resolved = resolve_auto(load_config("small", ["views.num_neighbors=6", "fusion.consume_pixels=false",
                                                        "depth.filter_median=false", "mesh.closed=false",
                                                        "fusion.weak_plane_tolerance=0.02",
-                                                       "fusion.max_normal_angle=10"]), ring50)
+                                                       "fusion.max_normal_angle=10",
+                                                       "fusion.weak_plane_consensus=false"]), ring50)
     assert (cfg.views.num_neighbors, cfg.depth.coarsest_max_size, cfg.fusion.min_consistent) == (6, 160, 1)
     assert cfg.fusion.consume_pixels is False   # pinned, though auto would say true here
     assert cfg.depth.filter_median is False     # likewise
     assert cfg.fusion.weak_plane_tolerance == 0.02
+    assert cfg.fusion.weak_plane_consensus is False
     assert resolved == []
 
 

@@ -16,7 +16,7 @@ from mvs_pipeline.mesh.params import auto_closed
 # every other `auto` key pinned: resolve_auto then reads nothing of the scene (None) and mesh.closed reads the config
 PINNED = ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
           "fusion.consume_pixels=false", "fusion.max_normal_angle=10",
-          "fusion.weak_plane_tolerance=0.03"]
+          "fusion.weak_plane_tolerance=0.03", "fusion.weak_plane_consensus=false"]
 SILHOUETTES = ["fusion.mask_dir=M", "fusion.mask_silhouettes=true"]
 
 

@@ -15,7 +15,7 @@ from tests.tiny_model import write_colmap_project
 # 5 views that all see every point: 4 candidate sources each, tracks of 5 views, 64 px images (focal 57.6 px)
 EXPECTED = {"views.num_neighbors": 4, "depth.coarsest_max_size": 120, "depth.filter_median": False,
             "fusion.min_consistent": 1, "fusion.consume_pixels": False, "fusion.max_normal_angle": 20.0,
-            "fusion.weak_plane_tolerance": 0.03,
+            "fusion.weak_plane_tolerance": 0.03, "fusion.weak_plane_consensus": True,
             "mesh.closed": False}
 
 
@@ -34,9 +34,10 @@ def test_run_records_resolved_values_and_reasons(tmp_path, caplog):
     assert f"  coarsest_max_size: 120  # auto: {record['auto']['depth.coarsest_max_size']['reason']}" in text
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
     assert logged == [f"auto: {k} = {json.dumps(v['value'])} ({v['reason']})" for k, v in record["auto"].items()]
-    assert "auto: fusion.consume_pixels = false (" in logged[-4]
-    assert logged[-3].startswith("auto: fusion.max_normal_angle = 20.0 (focal length 57.6 px")
-    assert logged[-2].startswith("auto: fusion.weak_plane_tolerance = 0.03 (focal length 57.6 px")   # 64 px images
+    assert "auto: fusion.consume_pixels = false (" in logged[-5]
+    assert logged[-4].startswith("auto: fusion.max_normal_angle = 20.0 (focal length 57.6 px")
+    assert logged[-3].startswith("auto: fusion.weak_plane_tolerance = 0.03 (focal length 57.6 px")   # 64 px images
+    assert logged[-2].startswith("auto: fusion.weak_plane_consensus = true (focal length 57.6 px: on up to 320 px")
     assert logged[-1].startswith("auto: mesh.closed = false (no object silhouettes")
     views_record = json.loads((out / "fingerprints" / "views.json").read_text())
     assert views_record["chain"]["views"]["views.num_neighbors"] == 4

@@ -258,45 +258,6 @@ def test_later_share_gives_a_third_wall_its_plane():
     assert max(off[0.4, "msac"]) < 0.001
 
 
-def _walls_scene(bounds, seed=11):
-    """(exact depth, noisy depth, noisy normals, wall index) of one weak region over walls 3 m away (normals
-    tilted +-0.6 in x) split at the given shares of the image's width, with 1 % uniform depth noise."""
-    K = intrinsics(W, H)
-    walls = [plane_maps(K, np.eye(3), np.zeros(3), W, H, plane_n=n, plane_c=-3.0)
-             for n in ((0.6, 0.0, -1.0), (0.0, 0.0, -1.0), (-0.6, 0.0, -1.0))]
-    col = np.arange(W)[None, :].repeat(H, 0)
-    which = np.where(col < int(bounds[0] * W), 0, np.where(col < int(bounds[1] * W), 1, 2))
-    depth = np.choose(which, [w[0] for w in walls])
-    normal = np.choose(which[..., None], [w[1] for w in walls])
-    d, n, _ = _corrupt(depth, normal, np.random.default_rng(seed), gross_share=0.0)
-    return K, depth, d, n, which
-
-
-def test_later_max_spread_drops_a_plane_straddling_two_walls():
-    """Three walls (55 / 30 / 15 %): with later_share 0.4 the second plane straddles walls 2 and 3, its inliers
-    spreading 1.6 % (one wall's 1 % uniform noise: 0.7 %); later_max_spread 0.4 (1.2 % of a 3 % tolerance) drops it,
-    so walls 2 and 3 keep their own depths instead of a plane between them. Two walls (55 / 45 %): the first plane
-    takes the right wall and the crease, the second (0.7 % spread) lies on the left wall alone and is kept: the same
-    maps with and without the gate, the left wall on its plane."""
-    errors = {}
-    for bounds in ((0.55, 0.85), (0.55, 1.01)):
-        K, depth, d, n, which = _walls_scene(bounds)
-        for gate in (None, 0.4):
-            dd, nn = d.copy(), n.copy()
-            params = WeakPlanes(4.0, 0.03, 0.4, 0.0025, 0.0, 0.0, 0.4, "inliers", later_max_spread=gate)
-            snap_weak_planes(dd, nn, ALL_WEAK, K, params, seed=0)
-            errors[bounds, gate] = [float(np.median(np.abs(dd[which == k] / depth[which == k] - 1)))
-                                    for k in np.unique(which)]
-            kept = [float(np.mean(dd[which == k] == d[which == k])) for k in np.unique(which)]
-            errors[bounds, gate, "kept"] = kept
-            errors[bounds, gate, "maps"] = dd
-    three, two = (0.55, 0.85), (0.55, 1.01)
-    assert errors[three, None][0] < 0.001 and max(errors[three, None][1:]) > 0.003   # a plane between walls 2, 3
-    assert errors[three, 0.4][0] < 0.001 and min(errors[three, 0.4, "kept"][1:]) == 1.0   # no plane there
-    assert errors[two, 0.4][0] < 0.001   # the second plane: the left wall's
-    np.testing.assert_array_equal(errors[two, 0.4, "maps"], errors[two, None, "maps"])
-
-
 def test_auto_tolerance_follows_the_focal_length():
     """tolerance None (fusion.weak_plane_tolerance: auto): 0.03 x 256 / the view's focal length, within 0.01..0.03.
     A patch 2 % behind a wall (0.3 % noise) lies within 3 % (focal 256 px: snapped onto the wall) but not within
