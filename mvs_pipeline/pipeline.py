@@ -458,9 +458,7 @@ def _start_trailing_fusion(ctx: RunContext, stack: contextlib.ExitStack) -> None
     cfg = ctx.cfg
     final_type = final_map_type(cfg.depth)
     # --resume-only: fusion's fingerprint check decides whether it may run, which this would bypass
-    # the weak planes' consensus needs every neighbour's final maps before a view is loaded
-    consensus = cfg.fusion.weak_planes and cfg.fusion.weak_plane_consensus is True
-    if not cfg.fusion.during_depth or consensus or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.later_on_workers \
+    if not cfg.fusion.during_depth or ctx.backend not in TRAILING_BACKENDS or cfg.gpu_memory is not None or ctx.later_on_workers \
             or ctx.resume_only or cfg.fusion.map_type not in ("auto", final_type) \
             or any(p.exists() for p in output_paths(ctx.out_dir)):
         return

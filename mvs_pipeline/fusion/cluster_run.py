@@ -168,7 +168,10 @@ def _merge_stats(records: list[dict]) -> dict:
         by_view.update(r["pixels_by_view"])
     for i, key in enumerate(PIXEL_COUNTS):
         stats[key] = sum(c[i] for c in by_view.values())
-    for key in ("points", "reference_views", "reloads", "silhouette_dropped", "load_seconds", "load_wait_seconds"):
+    for key in ("points", "reference_views", "reloads", "silhouette_dropped", "load_seconds", "load_wait_seconds",
+                "consensus_planes", "consensus_seconds"):
+        if key not in records[0]["stats"]:   # consensus_*: only when fusion.weak_plane_consensus is on
+            continue
         stats[key] = round(sum(r["stats"].get(key, 0) for r in records), 3) if "seconds" in key else \
             sum(r["stats"].get(key, 0) for r in records)
     loops = [r["stats"].get("loop_seconds", {}) for r in records]

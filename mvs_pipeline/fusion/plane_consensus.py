@@ -11,13 +11,14 @@ plane. Neighbours' planes also agree better with each other, which is what fusio
 
 What is computed here depends only on the view's and its neighbours' maps and images (each view's planes come from
 the generator seeded by the view, as in weak_planes.py), so every path that loads a view (CPU and CUDA fusion, a
-cluster's ranges) puts its depths on the same planes. It needs the neighbours' final maps, so fusion does not run
-beside the depth stage while it is on (pipeline.py).
+cluster's ranges, a fusion beside the depth stage) puts its depths on the same planes. Beside the depth stage a
+view's loader waits for its neighbours' final maps too.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,15 +106,52 @@ def _fit(points: np.ndarray) -> tuple[np.ndarray, float]:
     return normal, off
 
 
-def consensus(views: list[int], neighbours: dict[int, list[int]], planes_of, cameras: dict, angle_deg: float,
-              offset: float, threads: int) -> dict[int, dict]:
-    """{view_idx: joint_coefs} for `views`: planes_of(view_idx) -> [WorldPlane] (computed once per view, in
-    `threads` threads), neighbours[v]: the views whose planes may share v's walls; cameras[v] = (K, R, t)."""
-    needed = sorted({v for v in views} | {j for v in views for j in neighbours.get(v, [])})
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        found = dict(zip(needed, pool.map(planes_of, needed)))
-    out = {}
-    for v in views:
-        others = [q for j in neighbours.get(v, []) if j != v for q in found.get(j, [])]
-        out[v] = joint_coefs(found[v], others, *cameras[v], angle_deg, offset) if found[v] and others else {}
-    return out
+class PlaneConsensus:
+    """Each view's joint planes (joint_coefs), computed when its loader first asks: the view's and its neighbours'
+    world planes, each view's once (cached, one computation at a time per view), waiting for their final maps on
+    `gate` when fusion runs beside the depth stage (fusion/trailing.MapsGate; None: every map is written).
+    neighbours(v) -> the views whose planes may share v's walls; planes_of(v) -> [WorldPlane];
+    camera(v) -> (K, R, t)."""
+
+    def __init__(self, neighbours, planes_of, camera, angle_deg: float, offset: float, gate=None):
+        self.neighbours, self.planes_of, self.camera = neighbours, planes_of, camera
+        self.angle_deg, self.offset, self.gate = angle_deg, offset, gate
+        self._lock = threading.Lock()
+        self._view_locks: dict[int, threading.Lock] = {}
+        self._planes: dict[int, list[WorldPlane]] = {}
+        self._joint: dict[int, dict] = {}
+        self.seconds = 0.0   # summed over the loader threads
+
+    def joint(self, v: int) -> dict:
+        """{(region, plane): coef} of view v (joint_coefs against its neighbours' planes)."""
+        with self._view_lock(("joint", v)):
+            if v not in self._joint:
+                own = self._planes_of(v)
+                others = [q for j in self.neighbours(v) for q in self._planes_of(j)] if own else []
+                t0 = time.perf_counter()
+                found = joint_coefs(own, others, *self.camera(v), self.angle_deg, self.offset) if others else {}
+                self._add_seconds(time.perf_counter() - t0)
+                self._joint[v] = found
+            return self._joint[v]
+
+    def replaced(self, views) -> int:
+        """Planes replaced by their wall's joint fit among `views` (those asked for so far)."""
+        return sum(len(self._joint.get(v, {})) for v in views)
+
+    def _planes_of(self, v: int) -> list[WorldPlane]:
+        with self._view_lock(("planes", v)):
+            if v not in self._planes:
+                if self.gate is not None:
+                    self.gate.wait(v)   # DepthStopped if the depth stage ends without its maps
+                t0 = time.perf_counter()
+                self._planes[v] = self.planes_of(v)
+                self._add_seconds(time.perf_counter() - t0)
+            return self._planes[v]
+
+    def _view_lock(self, key) -> threading.Lock:
+        with self._lock:
+            return self._view_locks.setdefault(key, threading.Lock())
+
+    def _add_seconds(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds

@@ -384,10 +384,12 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
     engine.open(capacity, max(inp.width * inp.height for inp in inputs if inp is not None))
     threads = load_threads(cfg)
     stats["load_threads"] = threads
-    joint = _plane_consensus(cfg, scene, selection, inputs, plan, threads, stats)
     load = functools.partial(load_view, min_texture=cfg.min_texture, min_segment=cfg.min_segment,
                              segment_depth_step=cfg.segment_depth_step, halo_radius=cfg.halo_radius,
-                             halo_edge=cfg.halo_edge, weak_planes=weak_planes_of(cfg), joint=joint)
+                             halo_edge=cfg.halo_edge, weak_planes=weak_planes_of(cfg))
+    consensus = _plane_consensus(cfg, scene, selection, inputs, gate)
+    if consensus is not None:
+        load = functools.partial(_load_with_joint_planes, load, consensus)
     cache = ViewCache(engine, inputs, plan, capacity, prefetch=min(capacity, PREFETCH_PER_THREAD * threads),
                       threads=threads, stats=stats, load=load, gate=gate, read_ahead=cfg.read_ahead)
     # the loop's own seconds: making views resident (their loads' waits and uploads), fusing, and the
@@ -419,41 +421,40 @@ def fuse_chunks(cfg: FusionConfig, scene: Scene, selection: ViewSelection, stere
         stats["gpu_peak_bytes"] = engine.peak_bytes if engine.name == "cuda" else None
         stats["load_seconds"] = round(stats["load_seconds"], 3)
         stats["load_wait_seconds"] = round(stats["load_wait_seconds"], 3)
+        if consensus is not None:   # counted over the reference views: a cluster's ranges add up to the whole
+            stats["consensus_planes"] = consensus.replaced(refs)
+            stats["consensus_seconds"] = round(consensus.seconds, 3)
 
 
 def _plane_consensus(cfg: FusionConfig, scene: Scene, selection: ViewSelection, inputs: list[ViewInputs | None],
-                     plan: list[list[int]], threads: int, stats: dict) -> dict | None:
-    """fusion.weak_plane_consensus: {view_idx: {(region, plane): coef}} for every view the plan loads (None when
-    off): each view's weak planes fitted jointly with its neighbours' on the same wall (plane_consensus.py). A
-    view's neighbours here are its selection's views with maps, as plan_references takes them, so the result
-    depends on the view alone, not on which range of references this call fuses."""
+                     gate=None):
+    """fusion.weak_plane_consensus: a PlaneConsensus for this call's loads (None when off). A view's neighbours
+    here are its selection's views with maps, as plan_references takes them, so its planes depend on the view
+    alone, not on which range of references this call fuses, nor on whether it runs beside the depth stage."""
     weak = weak_planes_of(cfg)
     if weak is None or not cfg.weak_plane_consensus:
         return None
-    from .plane_consensus import consensus, world_planes  # noqa: PLC0415
+    from .plane_consensus import PlaneConsensus, world_planes  # noqa: PLC0415
 
-    t0 = time.perf_counter()
-    loaded = sorted({v for p in plan for v in p})
-    neighbours = {}
-    for v in {v for v in loaded} | {j for v in loaded for j in selection.neighbors[v]}:
-        if 0 <= v < len(inputs) and inputs[v] is not None:
-            neighbours[v] = [j for j in selection.neighbors[v]
-                             if 0 <= j < len(inputs) and inputs[j] is not None and j != v][:MAX_NEIGHBORS]
+    def neighbours(v: int) -> list[int]:
+        return [j for j in selection.neighbors[v]
+                if 0 <= j < len(inputs) and inputs[j] is not None and j != v][:MAX_NEIGHBORS]
 
     def planes_of(v: int):
         depth, mask, K = weak_plane_inputs(inputs[v], weak.texture)
         return world_planes(v, depth, mask, K, scene.views[v].R, scene.views[v].t, weak)
 
-    cameras = {v: (np.array([[inputs[v].intrinsics[0], 0.0, inputs[v].intrinsics[2]],
-                             [0.0, inputs[v].intrinsics[1], inputs[v].intrinsics[3]], [0.0, 0.0, 1.0]]),
-                   scene.views[v].R, scene.views[v].t) for v in loaded}
-    joint = consensus(loaded, neighbours, planes_of, cameras, cfg.weak_plane_consensus_angle,
-                      cfg.weak_plane_consensus_offset, threads)
-    stats["consensus_planes"] = sum(len(c) for c in joint.values())
-    stats["consensus_seconds"] = round(time.perf_counter() - t0, 3)
-    log.info("fusion: %d weak planes fitted jointly with their neighbours' (%.2f s)", stats["consensus_planes"],
-             stats["consensus_seconds"])
-    return joint
+    def camera(v: int):
+        fx, fy, cx, cy = inputs[v].intrinsics
+        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]]), scene.views[v].R, scene.views[v].t
+
+    return PlaneConsensus(neighbours, planes_of, camera, cfg.weak_plane_consensus_angle,
+                          cfg.weak_plane_consensus_offset, gate)
+
+
+def _load_with_joint_planes(load, consensus, inp: ViewInputs) -> HostView:
+    """load(inp) with the view's weak planes replaced by their walls' joint fits (plane_consensus.py)."""
+    return load(inp, joint={inp.view_idx: consensus.joint(inp.view_idx)})
 
 
 def output_paths(out_dir: Path) -> tuple[Path, Path, Path]:

@@ -28,7 +28,8 @@ from tests.fusion.fusion_scene import arc_poses, make_scene  # noqa: E402
 
 VIEWS, W, H = 8, 64, 48
 # counts that are about time or each process's cache, not about the cloud
-NOT_THE_CLOUD = {"seconds", "load_seconds", "load_wait_seconds", "loop_seconds", "reloads", "cache_views", "cluster"}
+NOT_THE_CLOUD = {"seconds", "load_seconds", "load_wait_seconds", "loop_seconds", "reloads", "cache_views", "cluster",
+                 "consensus_seconds"}
 
 
 @pytest.fixture(scope="module")
