@@ -219,7 +219,8 @@ class FusionConfig:
     weak_plane_consensus: bool | Literal["auto"] = field(default="auto", metadata=meta(
         "with weak_planes: replace each view's weak plane by the plane fitted jointly to it and the planes of its "
         "neighbours on the same wall (within weak_plane_consensus_angle and _offset; fusion/plane_consensus.py); "
-        "fusion then runs after the depth stage, not beside it; auto = on up to a 320 px focal length"))
+        "beside the depth stage a view's load also waits for its neighbours' final maps; auto = on up to a 320 px "
+        "focal length"))
     # 5 degrees and 2 % against 3 and 1 %: room_seen 320x240 mean F1 0.8009 against 0.7981 at seeds 0-2 (H200); the
     # CPU maps of seed 0 preferred 3 and 1 % by 0.2 pp
     weak_plane_consensus_angle: float = field(default=5.0, metadata=meta(
