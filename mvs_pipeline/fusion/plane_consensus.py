@@ -25,8 +25,9 @@ import numpy as np
 
 from .weak_planes import WeakPlanes, _centres, find_planes, plane_depth, resolved
 
-SAMPLE_POINTS = 1000   # 3-D points kept per plane for the joint fit (a plane of 1000 evenly spread points is as
-#                        well determined as of 30,000 for this purpose, and 1000 views x 5 planes stay ~120 MB)
+SAMPLE_POINTS = 1000   # 3-D points kept per plane (on the view's plane, evenly over its inliers) for the joint fit:
+#                        the study's 3000 gave the CPU maps of room_seen 320x240 the same F1 (0.8077), and 1000 views
+#                        x 5 planes stay ~120 MB
 TRIM_ROUNDS = 3   # joint refits on the points within TRIM_SIGMAS robust deviations of the plane
 TRIM_SIGMAS = 2.0
 
