@@ -34,7 +34,7 @@ def test_a_mesh_key_changes_the_mesh_chain_only(tmp_path):
 
     cfg = load_config(None, ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
                              "fusion.consume_pixels=false", "mesh.closed=false", "fusion.max_normal_angle=10",
-                             "fusion.weak_plane_tolerance=0.03"])   # the `auto` keys resolved
+                             "fusion.weak_plane_tolerance=0.03", "fusion.weak_plane_consensus=false"])   # the `auto` keys resolved
     a = chains(cfg)
     b = chains(dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, trim_spacings=5.0)))
     assert a["sampling"] == b["sampling"] and a["evaluate"] == b["evaluate"]
@@ -115,7 +115,8 @@ def test_silhouettes_enter_the_mesh_chain_with_their_masks(tmp_path):
     (masks / "a.png.png").write_bytes(b"x")
     cfg = load_config(None, ["views.num_neighbors=4", "depth.coarsest_max_size=120", "depth.filter_median=false",
                              "fusion.consume_pixels=false", "mesh.closed=false", f"fusion.mask_dir={masks}",
-                             "fusion.max_normal_angle=10", "fusion.weak_plane_tolerance=0.03"])
+                             "fusion.max_normal_angle=10", "fusion.weak_plane_tolerance=0.03",
+                             "fusion.weak_plane_consensus=false"])
 
     def mesh_chain(silhouettes):
         c = dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, mask_silhouettes=silhouettes))
