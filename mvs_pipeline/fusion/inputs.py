@@ -63,6 +63,11 @@ class ViewInputs:
     mask_path: Path | None
     intrinsics: tuple[float, float, float, float] | None = None  # fx, fy, cx, cy (px): for weak_planes
 
+    def camera_matrix(self) -> np.ndarray:
+        """[3, 3] K of `intrinsics`."""
+        fx, fy, cx, cy = self.intrinsics
+        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+
 
 @dataclass
 class HostView:
@@ -234,12 +239,14 @@ def _spread_threshold(min_texture: float, n: int) -> int:
 
 def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.0,
               segment_depth_step: float = 0.1, halo_radius: int = 0, halo_edge: float = 0.0,
-              weak_planes: WeakPlanes | None = None, joint: dict | None = None) -> HostView:
+              weak_planes: WeakPlanes | None = None, joint: dict | None = None,
+              regions: list | None = None) -> HostView:
     """One view's maps, colours and blocked pixels (mask, min_texture, then min_segment: a share of
     the image's pixels; segment_depth_step: the relative depth step that still joins neighbours;
     then halo_radius, px, with halo_edge, grey levels per px). `weak_planes`: first put the weakly
-    textured regions' depths onto their planes (weak_planes.py; needs inp.intrinsics); `joint` {view_idx:
-    {(region, plane): coef}}: planes replaced by their wall's joint fit (plane_consensus.py)."""
+    textured regions' depths onto their planes (weak_planes.py; needs inp.intrinsics); `joint` {(region, plane):
+    coef}: the view's planes replaced by their wall's joint fit, and `regions` its planes as found already
+    (plane_consensus.py)."""
     depth = read_depth_map(inp.depth_path)  # writeable: non-finite values are zeroed below
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     normal = read_normal_map(inp.normal_path)
@@ -259,10 +266,8 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     masks = low_textures(bgr, thresholds) if thresholds else []
     planar = 0
     if weak_planes is not None:
-        fx, fy, cx, cy = inp.intrinsics
-        K = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
-        planar = snap_weak_planes(depth, normal, masks[-1], K, weak_planes, seed=inp.view_idx,
-                                  joint=joint.get(inp.view_idx) if joint else None)
+        planar = snap_weak_planes(depth, normal, masks[-1], inp.camera_matrix(), weak_planes, seed=inp.view_idx,
+                                  joint=joint, regions=regions)
     blocked = np.zeros(depth.shape, np.uint8)
     masked = 0
     if inp.mask_path is not None:
@@ -289,9 +294,9 @@ def load_view(inp: ViewInputs, min_texture: float = 0.0, min_segment: float = 0.
     return HostView(depth, normal, color, blocked, valid, masked, textureless, speckles, halo, planar)
 
 
-def weak_plane_inputs(inp: ViewInputs, texture: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(depth with non-finite values zeroed, weak-texture mask, K) of a view, as load_view gives them to
-    snap_weak_planes (plane_consensus.py fits the same planes ahead of the loads)."""
+def weak_plane_inputs(inp: ViewInputs, texture: float) -> tuple[np.ndarray, np.ndarray]:
+    """(depth with non-finite values zeroed, weak-texture mask) of a view, as load_view gives them to
+    snap_weak_planes (plane_consensus.py finds the same planes ahead of the loads)."""
     depth = read_depth_map(inp.depth_path)
     _check_size(inp.depth_path, "depth map", depth.shape, inp)
     depth[~np.isfinite(depth)] = 0.0
@@ -299,8 +304,7 @@ def weak_plane_inputs(inp: ViewInputs, texture: float) -> tuple[np.ndarray, np.n
     if bgr is None:
         raise MVSError(f"{inp.image_path}: image '{inp.name}' not found or not readable")
     _check_size(inp.image_path, "image", bgr.shape, inp)
-    fx, fy, cx, cy = inp.intrinsics
-    return depth, low_textures(bgr, [texture])[0], np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+    return depth, low_textures(bgr, [texture])[0]
 
 
 def _block(blocked: np.ndarray, pixels: np.ndarray) -> None:

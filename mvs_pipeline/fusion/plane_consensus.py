@@ -43,14 +43,17 @@ class WorldPlane:
     points: np.ndarray   # [m, 3] world points on the plane at its inliers (at most SAMPLE_POINTS)
 
 
-def world_planes(view_idx: int, depth: np.ndarray, weak: np.ndarray, K: np.ndarray, R: np.ndarray,
-                 t: np.ndarray, params: WeakPlanes) -> list[WorldPlane]:
-    """The view's weak planes (the ones snap_weak_planes finds) in the world frame (R, t: cam_from_world)."""
-    params = resolved(params, K)
+def view_regions(view_idx: int, depth: np.ndarray, weak: np.ndarray, K: np.ndarray, params: WeakPlanes) -> list:
+    """find_planes of a view, as snap_weak_planes finds them (seeded by the view)."""
+    return find_planes(depth, weak, resolved(params, K), seed=view_idx)
+
+
+def world_planes(view_idx: int, regions: list, K: np.ndarray, R: np.ndarray, t: np.ndarray) -> list[WorldPlane]:
+    """The view's weak planes (`regions`: view_regions) in the world frame (R, t: cam_from_world)."""
     k_inv = np.linalg.inv(K)
     centre = -R.T @ t
     out = []
-    for r, (y, x, planes) in enumerate(find_planes(depth, weak, params, seed=view_idx)):
+    for r, (y, x, planes) in enumerate(regions):
         for k, (coef, on) in enumerate(planes):
             step = max(1, len(on) // SAMPLE_POINTS)
             u, v = _centres(y[on][::step], x[on][::step])
@@ -111,17 +114,25 @@ class PlaneConsensus:
     """Each view's joint planes (joint_coefs), computed when its loader first asks: the view's and its neighbours'
     world planes, each view's once (cached, one computation at a time per view), waiting for their final maps on
     `gate` when fusion runs beside the depth stage (fusion/trailing.MapsGate; None: every map is written).
-    neighbours(v) -> the views whose planes may share v's walls; planes_of(v) -> [WorldPlane];
-    camera(v) -> (K, R, t)."""
+    neighbours(v) -> the views whose planes may share v's walls; regions_of(v) -> view_regions of v;
+    camera(v) -> (K, R, t). A view's regions are kept until its load takes them (take), so its planes are found
+    once, not again by snap_weak_planes."""
 
-    def __init__(self, neighbours, planes_of, camera, angle_deg: float, offset: float, gate=None):
-        self.neighbours, self.planes_of, self.camera = neighbours, planes_of, camera
+    def __init__(self, neighbours, regions_of, camera, angle_deg: float, offset: float, gate=None):
+        self.neighbours, self.regions_of, self.camera = neighbours, regions_of, camera
         self.angle_deg, self.offset, self.gate = angle_deg, offset, gate
         self._lock = threading.Lock()
         self._view_locks: dict[int, threading.Lock] = {}
         self._planes: dict[int, list[WorldPlane]] = {}
+        self._regions: dict[int, list] = {}   # found, not yet taken by the view's load
         self._joint: dict[int, dict] = {}
         self.seconds = 0.0   # summed over the loader threads
+
+    def take(self, v: int) -> tuple[dict, list | None]:
+        """(joint coefs, found regions) for view v's load: the regions once (a reload finds them again)."""
+        coefs = self.joint(v)
+        with self._lock:
+            return coefs, self._regions.pop(v, None)
 
     def joint(self, v: int) -> dict:
         """{(region, plane): coef} of view v (joint_coefs against its neighbours' planes)."""
@@ -145,7 +156,10 @@ class PlaneConsensus:
                 if self.gate is not None:
                     self.gate.wait(v)   # DepthStopped if the depth stage ends without its maps
                 t0 = time.perf_counter()
-                self._planes[v] = self.planes_of(v)
+                regions = self.regions_of(v)
+                self._planes[v] = world_planes(v, regions, *self.camera(v))
+                with self._lock:
+                    self._regions[v] = regions
                 self._add_seconds(time.perf_counter() - t0)
             return self._planes[v]
 

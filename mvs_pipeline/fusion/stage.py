@@ -434,27 +434,27 @@ def _plane_consensus(cfg: FusionConfig, scene: Scene, selection: ViewSelection, 
     weak = weak_planes_of(cfg)
     if weak is None or not cfg.weak_plane_consensus:
         return None
-    from .plane_consensus import PlaneConsensus, world_planes  # noqa: PLC0415
+    from .plane_consensus import PlaneConsensus, view_regions  # noqa: PLC0415
 
     def neighbours(v: int) -> list[int]:
         return [j for j in selection.neighbors[v]
                 if 0 <= j < len(inputs) and inputs[j] is not None and j != v][:MAX_NEIGHBORS]
 
-    def planes_of(v: int):
-        depth, mask, K = weak_plane_inputs(inputs[v], weak.texture)
-        return world_planes(v, depth, mask, K, scene.views[v].R, scene.views[v].t, weak)
+    def regions_of(v: int) -> list:
+        return view_regions(v, *weak_plane_inputs(inputs[v], weak.texture), inputs[v].camera_matrix(), weak)
 
     def camera(v: int):
-        fx, fy, cx, cy = inputs[v].intrinsics
-        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]]), scene.views[v].R, scene.views[v].t
+        return inputs[v].camera_matrix(), scene.views[v].R, scene.views[v].t
 
-    return PlaneConsensus(neighbours, planes_of, camera, cfg.weak_plane_consensus_angle,
+    return PlaneConsensus(neighbours, regions_of, camera, cfg.weak_plane_consensus_angle,
                           cfg.weak_plane_consensus_offset, gate)
 
 
 def _load_with_joint_planes(load, consensus, inp: ViewInputs) -> HostView:
-    """load(inp) with the view's weak planes replaced by their walls' joint fits (plane_consensus.py)."""
-    return load(inp, joint={inp.view_idx: consensus.joint(inp.view_idx)})
+    """load(inp) with the view's weak planes replaced by their walls' joint fits (plane_consensus.py), on the
+    planes the consensus found already."""
+    joint, regions = consensus.take(inp.view_idx)
+    return load(inp, joint=joint, regions=regions)
 
 
 def output_paths(out_dir: Path) -> tuple[Path, Path, Path]:

@@ -150,16 +150,17 @@ def weak_regions(weak: np.ndarray) -> tuple[int, np.ndarray]:
 
 
 def snap_weak_planes(depth: np.ndarray, normal: np.ndarray, weak: np.ndarray, K: np.ndarray,
-                     params: WeakPlanes, seed: int, joint: dict | None = None) -> int:
+                     params: WeakPlanes, seed: int, joint: dict | None = None, regions: list | None = None) -> int:
     """Put each weakly textured region's depths onto its planes, in place (depth [H, W] float32, 0 = none; normal
     [H, W, 3] camera frame; weak [H, W] bool: the 11x11 grey-level standard deviation below params.texture,
     fusion.inputs.low_texture): a depth goes to the plane
     holding most of the region's depths around it and takes that plane's depth and normal where it lies within the
     tolerance of it (within params.reach, when larger). `joint` {(region number, plane number): coef}: those
-    planes replaced by their wall's joint fit over several views (fusion/plane_consensus.py). Returns the pixels
-    changed."""
+    planes replaced by their wall's joint fit over several views (fusion/plane_consensus.py); `regions`: what
+    find_planes(depth, weak, params, seed) gives, when the caller has it already. Returns the pixels changed."""
     params = resolved(params, K)
-    regions = find_planes(depth, weak, params, seed)
+    if regions is None:
+        regions = find_planes(depth, weak, params, seed)
     snapped = 0
     for r, (rows_y, rows_x, planes) in enumerate(regions):
         if joint:

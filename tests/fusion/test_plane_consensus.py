@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mvs_pipeline.fusion.params import FusionConfig
-from mvs_pipeline.fusion.plane_consensus import joint_coefs, world_planes
+from mvs_pipeline.fusion.plane_consensus import joint_coefs, view_regions, world_planes
 from mvs_pipeline.fusion.stage import fuse_chunks
 from mvs_pipeline.fusion.weak_planes import WeakPlanes, plane_depth
 from mvs_pipeline.io.colmap_maps import write_colmap_array
@@ -36,7 +36,8 @@ def _noisy_walls(tmp_path, tilt: float, seed: int = 3):
 
 
 def _planes(scene, maps):
-    return [world_planes(k, maps[k], ALL_WEAK, v.K, v.R, v.t, PARAMS) for k, v in enumerate(scene.views)]
+    return [world_planes(k, view_regions(k, maps[k], ALL_WEAK, v.K, PARAMS), v.K, v.R, v.t)
+            for k, v in enumerate(scene.views)]
 
 
 def test_a_badly_matched_views_plane_moves_onto_the_wall(tmp_path):
